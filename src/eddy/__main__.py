@@ -1,0 +1,3 @@
+from eddy.cli.main import app
+
+app()

@@ -1,0 +1,102 @@
+"""The broker's state shared by every connection: config, clock, logs, waiters."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import uuid
+from typing import Any
+
+from eddy.broker.flusher import Flusher
+from eddy.broker.waiters import AppendNotifier
+from eddy.clock import Clock
+from eddy.config import BrokerConfig
+from eddy.log.manager import LogManager, Topic
+from eddy.log.state_files import atomic_write
+
+log = logging.getLogger(__name__)
+
+META_FILE = "meta.json"
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, clock: Clock) -> None:
+        self.config = config
+        self.clock = clock
+        self.node_id = config.node_id
+        self.logs = LogManager(config.data_dir, config.topic_defaults())
+        self.notifier = AppendNotifier()
+        self.flusher = Flusher(clock)
+        self.cluster_id = ""
+        self.host, self.port = config.advertised_address
+        self._maintenance: asyncio.Task[None] | None = None
+
+    def load(self) -> None:
+        os.makedirs(self.config.data_dir, exist_ok=True)
+        self.cluster_id = self._load_cluster_id()
+        self.logs.load(self.clock.now_ms())
+
+    def _load_cluster_id(self) -> str:
+        path = os.path.join(self.config.data_dir, META_FILE)
+        try:
+            with open(path, encoding="utf-8") as f:
+                meta: dict[str, Any] = json.load(f)
+            return str(meta["cluster_id"])
+        except FileNotFoundError:
+            pass
+        cluster_id = uuid.uuid4().hex[:22]
+        atomic_write(
+            path, json.dumps({"cluster_id": cluster_id, "node_id": self.node_id}).encode()
+        )
+        return cluster_id
+
+    def set_advertised_port(self, port: int) -> None:
+        """When listening on port 0, clients must be told the port the OS picked."""
+        if self.config.advertised is None:
+            self.port = port
+
+    # ---- topics --------------------------------------------------------------------------
+
+    def auto_create(self, name: str) -> Topic:
+        return self.logs.create_topic(
+            name, self.config.num_partitions, {}, self.clock.now_ms()
+        )
+
+    # ---- background maintenance ----------------------------------------------------------
+
+    def start_maintenance(self) -> None:
+        self._maintenance = asyncio.get_running_loop().create_task(self._maintain())
+
+    async def stop(self) -> None:
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            try:
+                await self._maintenance
+            except asyncio.CancelledError:
+                pass
+        self.logs.close(clean=True)
+
+    async def _maintain(self) -> None:
+        last_retention = self.clock.now_ms()
+        while True:
+            await asyncio.sleep(0.1)
+            now = self.clock.now_ms()
+            try:
+                await self.maintenance_tick(now, now - last_retention >=
+                                            self.config.log_retention_check_interval_ms)
+                if now - last_retention >= self.config.log_retention_check_interval_ms:
+                    last_retention = now
+            except Exception:
+                log.exception("log maintenance failed; will retry")
+
+    async def maintenance_tick(self, now: int, retention_due: bool) -> None:
+        for plog in self.logs.all_partitions():
+            plog.roll_if_due(now)
+            rolled = plog.rolled_segments_to_flush()
+            if rolled or plog.flush_due(now):
+                upto = plog.log_end_offset if plog.flush_due(now) else rolled[-1].next_offset
+                await self.flusher.flush(plog, upto)
+            if retention_due:
+                plog.apply_retention(now)

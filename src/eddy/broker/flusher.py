@@ -1,0 +1,45 @@
+"""Group commit: fsyncs run off the event loop, and every produce waiting joins the next one."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from eddy.clock import Clock
+from eddy.log.partition import PartitionLog
+from eddy.log.segment import Segment
+
+log = logging.getLogger(__name__)
+
+
+def _fsync_all(segments: list[Segment]) -> None:
+    for seg in segments:
+        if not seg.deleted:
+            seg.fsync()
+
+
+class Flusher:
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._running: dict[int, asyncio.Future[None]] = {}
+
+    async def flush(self, plog: PartitionLog, upto: int | None = None) -> None:
+        """Return once everything below `upto` (default: the log end) is on disk."""
+        target = plog.log_end_offset if upto is None else upto
+        loop = asyncio.get_running_loop()
+        for _ in range(1000):  # bounded: each round either flushes or waits for one
+            if plog.flushed_offset >= target:
+                return
+            running = self._running.get(id(plog))
+            if running is not None:
+                await asyncio.shield(running)
+                continue
+            segments, covered = plog.segments_to_flush()
+            fut = loop.run_in_executor(None, _fsync_all, segments)
+            self._running[id(plog)] = fut
+            try:
+                await fut
+            finally:
+                del self._running[id(plog)]
+            plog.flush_completed(covered, self._clock.now_ms())
+        raise RuntimeError(f"flush of {plog.topic}-{plog.partition} did not converge")

@@ -1,0 +1,185 @@
+"""Topic administration and cluster description: CreateTopics, DeleteTopics,
+CreatePartitions, DescribeCluster."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections import Counter
+from typing import Any
+
+from eddy.broker.broker import Broker
+from eddy.log.config import TOPIC_CONFIGS
+from eddy.protocol.apis import ApiKey
+from eddy.protocol.codec import Request, build, response_module
+from eddy.protocol.errors import ErrorCode, KafkaError
+
+_NO_TIME = datetime.timedelta(0)
+CONFIG_SOURCE_DEFAULT = 5
+CONFIG_SOURCE_TOPIC = 1
+CONFIG_SOURCE_STATIC_BROKER = 4
+
+
+def _check_replicas(broker: Broker, replication_factor: int, assignments: Any) -> None:
+    node = broker.node_id
+    if replication_factor not in (-1, 1) and not assignments:
+        if replication_factor <= 0:
+            raise KafkaError(ErrorCode.invalid_replication_factor,
+                             "Replication factor must be larger than 0, or -1 to use the default.")
+        raise KafkaError(
+            ErrorCode.invalid_replication_factor,
+            f"Replication factor: {replication_factor} larger than available brokers: 1.",
+        )
+    for a in assignments or ():
+        if list(a.broker_ids) != [node]:
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                f"replicas {list(a.broker_ids)} name brokers other than node {node}",
+            )
+
+
+async def create_topics(broker: Broker, req: Request) -> Any:
+    body = req.body
+    mod = response_module(ApiKey.CREATE_TOPICS, req.api_version)
+    counts = Counter(t.name for t in body.topics)
+    results = []
+    now = broker.clock.now_ms()
+    for t in body.topics:
+        code, message = ErrorCode.none, None
+        topic_id = uuid.UUID(int=0)
+        num_partitions = t.num_partitions
+        rf = t.replication_factor
+        configs_out: tuple[Any, ...] = ()
+        try:
+            if counts[t.name] > 1:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 f"Create topics request from client contains duplicate "
+                                 f"topic {t.name}")
+            if t.assignments:
+                if num_partitions != -1 or rf != -1:
+                    raise KafkaError(ErrorCode.invalid_request,
+                                     "Both numPartitions or replicationFactor and "
+                                     "replicasAssignments were set.")
+                num_partitions = len(t.assignments)
+            elif num_partitions == -1:
+                num_partitions = broker.config.num_partitions
+            _check_replicas(broker, rf, t.assignments)
+            rf = 1
+            configs = {c.name: c.value for c in t.configs}
+            if body.validate_only:
+                clean = broker.logs.check_create(t.name, num_partitions, configs)
+            else:
+                topic = broker.logs.create_topic(t.name, num_partitions, configs, now)
+                topic_id = topic.topic_id
+                clean = topic.configs
+            if hasattr(mod, "CreatableTopicConfigs"):
+                configs_out = tuple(
+                    mod.CreatableTopicConfigs(
+                        name=name,
+                        value=clean.get(name, broker.logs.defaults.get(name, d.default)),
+                        read_only=False,
+                        config_source=(CONFIG_SOURCE_TOPIC if name in clean else
+                                       CONFIG_SOURCE_STATIC_BROKER if name in broker.logs.defaults
+                                       else CONFIG_SOURCE_DEFAULT),
+                        is_sensitive=False,
+                    )
+                    for name, d in sorted(TOPIC_CONFIGS.items())
+                )
+        except KafkaError as exc:
+            code, message = exc.code, exc.message
+            num_partitions, rf, configs_out = -1, -1, ()
+        results.append(
+            build(
+                mod.CreatableTopicResult,
+                name=t.name,
+                topic_id=topic_id,
+                error_code=code,
+                error_message=message,
+                num_partitions=num_partitions,
+                replication_factor=rf,
+                configs=configs_out,
+            )
+        )
+    return build(mod.CreateTopicsResponse, throttle_time=_NO_TIME, topics=tuple(results))
+
+
+async def delete_topics(broker: Broker, req: Request) -> Any:
+    body = req.body
+    mod = response_module(ApiKey.DELETE_TOPICS, req.api_version)
+    wanted: list[tuple[str | None, uuid.UUID | None]]
+    if hasattr(body, "topic_names"):
+        wanted = [(n, None) for n in body.topic_names]
+    else:
+        wanted = [(t.name, t.topic_id) for t in body.topics]
+    results = []
+    for name, topic_id in wanted:
+        code, message = ErrorCode.none, None
+        try:
+            if name is None:
+                if topic_id is None or topic_id.int == 0:
+                    raise KafkaError(ErrorCode.invalid_request, "neither name nor id given")
+                found = broker.logs.by_id.get(topic_id)
+                if found is None:
+                    raise KafkaError(ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}")
+                name = found.name
+            topic = broker.logs.delete_topic(name)
+            topic_id = topic.topic_id
+        except KafkaError as exc:
+            code, message = exc.code, exc.message
+        results.append(
+            build(mod.DeletableTopicResult, name=name, topic_id=topic_id or uuid.UUID(int=0),
+                  error_code=code, error_message=message)
+        )
+    return build(mod.DeleteTopicsResponse, throttle_time=_NO_TIME, responses=tuple(results))
+
+
+async def create_partitions(broker: Broker, req: Request) -> Any:
+    body = req.body
+    mod = response_module(ApiKey.CREATE_PARTITIONS, req.api_version)
+    counts = Counter(t.name for t in body.topics)
+    results = []
+    for t in body.topics:
+        code, message = ErrorCode.none, None
+        try:
+            if counts[t.name] > 1:
+                raise KafkaError(ErrorCode.invalid_request, f"duplicate topic {t.name}")
+            topic = broker.logs.get(t.name)
+            if topic is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                                 f"The topic '{t.name}' does not exist.")
+            if t.assignments is not None:
+                if len(t.assignments) != t.count - len(topic.partitions):
+                    raise KafkaError(ErrorCode.invalid_replica_assignment,
+                                     f"Increasing the number of partitions by "
+                                     f"{t.count - len(topic.partitions)} but "
+                                     f"{len(t.assignments)} assignments provided.")
+                _check_replicas(broker, 1, t.assignments)
+            broker.logs.add_partitions(t.name, t.count, broker.clock.now_ms(), body.validate_only)
+        except KafkaError as exc:
+            code, message = exc.code, exc.message
+        results.append(build(mod.CreatePartitionsTopicResult, name=t.name, error_code=code,
+                             error_message=message))
+    return build(mod.CreatePartitionsResponse, throttle_time=_NO_TIME, results=tuple(results))
+
+
+async def describe_cluster(broker: Broker, req: Request) -> Any:
+    mod = response_module(ApiKey.DESCRIBE_CLUSTER, req.api_version)
+    endpoint_type = getattr(req.body, "endpoint_type", 1)
+    if endpoint_type != 1:
+        return build(mod.DescribeClusterResponse, throttle_time=_NO_TIME,
+                     error_code=ErrorCode.unsupported_endpoint_type,
+                     error_message="only broker endpoints are served", endpoint_type=endpoint_type,
+                     cluster_id=broker.cluster_id, controller_id=-1, brokers=(),
+                     cluster_authorized_operations=-2147483648)
+    return build(
+        mod.DescribeClusterResponse,
+        throttle_time=_NO_TIME,
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=1,
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        brokers=(build(mod.DescribeClusterBroker, broker_id=broker.node_id, host=broker.host,
+                       port=broker.port, rack=None),),
+        cluster_authorized_operations=-2147483648,
+    )

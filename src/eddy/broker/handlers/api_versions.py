@@ -1,0 +1,36 @@
+"""ApiVersions: advertise exactly the version ranges Eddy implements."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.api_versions.v0 import response as v0
+
+from eddy.broker.broker import Broker
+from eddy.protocol.apis import SUPPORTED, ApiKey
+from eddy.protocol.codec import Request, build, response_module
+from eddy.protocol.errors import ErrorCode
+
+
+def unsupported_response() -> Any:
+    return v0.ApiVersionsResponse(
+        error_code=ErrorCode.unsupported_version,
+        api_keys=tuple(
+            v0.ApiVersion(api_key=k, min_version=r.min, max_version=r.max)
+            for k, r in sorted(SUPPORTED.items())
+        ),
+    )
+
+
+async def handle(broker: Broker, req: Request) -> Any:
+    mod = response_module(ApiKey.API_VERSIONS, req.api_version)
+    return build(
+        mod.ApiVersionsResponse,
+        error_code=ErrorCode.none,
+        api_keys=tuple(
+            mod.ApiVersion(api_key=k, min_version=r.min, max_version=r.max)
+            for k, r in sorted(SUPPORTED.items())
+        ),
+        throttle_time=datetime.timedelta(0),
+    )

@@ -1,0 +1,91 @@
+"""ListOffsets: earliest, latest, max timestamp, and first offset at or after a timestamp."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from eddy.broker.broker import Broker
+from eddy.log.partition import PartitionLog
+from eddy.protocol.apis import ApiKey
+from eddy.protocol.codec import Request, build, response_module
+from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.protocol.records import decode_batch_records
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+
+
+def _lookup(plog: PartitionLog, timestamp: int) -> tuple[int, int]:
+    """(timestamp, offset) Kafka answers for one partition."""
+    if timestamp == LATEST:
+        return -1, plog.high_watermark
+    if timestamp == EARLIEST:
+        return -1, plog.log_start_offset
+    if timestamp == MAX_TIMESTAMP:
+        ts, _ = plog.max_timestamp_batch()
+        if ts < 0:
+            return -1, -1
+        bp = plog.offset_for_timestamp(ts)
+        if bp is None:
+            return -1, -1
+        seg_data = _batch_bytes(plog, bp)
+        best = (-1, -1)
+        for rec in decode_batch_records(seg_data):
+            if rec.timestamp > best[0]:
+                best = (rec.timestamp, rec.offset)
+        return best
+    if timestamp < 0:
+        raise KafkaError(ErrorCode.invalid_request, f"unsupported timestamp {timestamp}")
+    bp = plog.offset_for_timestamp(timestamp)
+    if bp is None:
+        return -1, -1
+    for rec in decode_batch_records(_batch_bytes(plog, bp)):
+        if rec.timestamp >= timestamp and rec.offset >= plog.log_start_offset:
+            return rec.timestamp, rec.offset
+    return -1, -1
+
+
+def _batch_bytes(plog: PartitionLog, bp: Any) -> bytes:
+    for seg in plog.segments:
+        if seg.base_offset <= bp.base_offset < seg.next_offset:
+            return seg.read_at(bp.position, bp.size)
+    return b""
+
+
+async def handle(broker: Broker, req: Request) -> Any:
+    body = req.body
+    mod = response_module(ApiKey.LIST_OFFSETS, req.api_version)
+    topics = []
+    for t in body.topics:
+        topic = broker.logs.get(t.name)
+        parts = []
+        for p in t.partitions:
+            plog = topic.partitions[p.partition_index] if topic and 0 <= p.partition_index < len(
+                topic.partitions) else None
+            code, ts, off = ErrorCode.none, -1, -1
+            epoch = getattr(p, "current_leader_epoch", -1)
+            if plog is None:
+                code = ErrorCode.unknown_topic_or_partition
+            elif epoch >= 0 and epoch != plog.leader_epoch:
+                code = (ErrorCode.fenced_leader_epoch if epoch < plog.leader_epoch
+                        else ErrorCode.unknown_leader_epoch)
+            else:
+                try:
+                    ts, off = _lookup(plog, p.timestamp)
+                except KafkaError as exc:
+                    code = exc.code
+            parts.append(
+                build(
+                    mod.ListOffsetsPartitionResponse,
+                    partition_index=p.partition_index,
+                    error_code=code,
+                    timestamp=ts,
+                    offset=off,
+                    leader_epoch=plog.leader_epoch if plog is not None and off >= 0 else -1,
+                )
+            )
+        topics.append(build(mod.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts)))
+    return build(mod.ListOffsetsResponse, throttle_time=datetime.timedelta(0),
+                 topics=tuple(topics))

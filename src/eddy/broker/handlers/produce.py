@@ -1,0 +1,100 @@
+"""Produce: validate batches without decoding records, append, acknowledge per acks."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any
+
+from eddy.broker.broker import Broker
+from eddy.log.partition import PartitionLog
+from eddy.protocol.apis import ApiKey
+from eddy.protocol.codec import Request, build, response_module
+from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.protocol.record_batch import validate_batches
+
+log = logging.getLogger(__name__)
+
+ZSTD = 4
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def _append(broker: Broker, plog: PartitionLog, records: bytes | None, version: int
+            ) -> tuple[int, int]:
+    """Validate and append one partition's records; returns (base offset, append time)."""
+    if records is None:
+        raise KafkaError(ErrorCode.invalid_record, "produce request without records")
+    data = bytearray(records)
+    batches = validate_batches(data, max_batch_bytes=plog.config.max_message_bytes)
+    if version < 7 and any(h.compression == ZSTD for h in batches.headers):
+        raise KafkaError(
+            ErrorCode.unsupported_compression_type, "zstd needs Produce v7 or later"
+        )
+    result = plog.append(data, batches, broker.clock.now_ms())
+    broker.notifier.notify((plog.topic, plog.partition))
+    return result.base_offset, result.log_append_time
+
+
+async def handle(broker: Broker, req: Request) -> Any:
+    body = req.body
+    version = req.api_version
+    acks = body.acks
+    logs = broker.logs
+    results: list[tuple[str, list[tuple[int, ErrorCode, int, int, str | None, int]]]] = []
+    to_flush: list[PartitionLog] = []
+    for topic_data in body.topic_data:
+        name = topic_data.name
+        topic = logs.get(name)
+        parts: list[tuple[int, ErrorCode, int, int, str | None, int]] = []
+        for pd in topic_data.partition_data:
+            plog = topic.partitions[pd.index] if topic and 0 <= pd.index < len(
+                topic.partitions) else None
+            if acks not in (-1, 0, 1):
+                parts.append((pd.index, ErrorCode.invalid_required_acks, -1, -1, None, -1))
+                continue
+            if plog is None:
+                parts.append((pd.index, ErrorCode.unknown_topic_or_partition, -1, -1,
+                              f"unknown topic or partition {name}-{pd.index}", -1))
+                continue
+            try:
+                base, append_time = _append(broker, plog, pd.records, version)
+            except KafkaError as exc:
+                log.debug("produce to %s-%d rejected: %s", name, pd.index, exc.message)
+                parts.append((pd.index, exc.code, -1, -1, exc.message, plog.log_start_offset))
+                continue
+            if acks != 0 and plog.flush_due(broker.clock.now_ms()):
+                to_flush.append(plog)
+            parts.append((pd.index, ErrorCode.none, base, append_time, None,
+                          plog.log_start_offset))
+        results.append((name, parts))
+    for plog in to_flush:
+        await broker.flusher.flush(plog)
+    if acks == 0:
+        return None
+    mod = response_module(ApiKey.PRODUCE, version)
+    return build(
+        mod.ProduceResponse,
+        responses=tuple(
+            build(
+                mod.TopicProduceResponse,
+                name=name,
+                partition_responses=tuple(
+                    build(
+                        mod.PartitionProduceResponse,
+                        index=index,
+                        error_code=code,
+                        base_offset=base,
+                        log_append_time=(
+                            _EPOCH + datetime.timedelta(milliseconds=at) if at >= 0 else None
+                        ),
+                        log_start_offset=start,
+                        record_errors=(),
+                        error_message=msg,
+                    )
+                    for index, code, base, at, msg, start in parts
+                ),
+            )
+            for name, parts in results
+        ),
+        throttle_time=datetime.timedelta(0),
+    )

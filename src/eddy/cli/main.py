@@ -1,0 +1,68 @@
+"""`eddy`: one command, many roles. `eddy serve` runs the broker."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from eddy.config import ConfigError, load_config
+
+app = typer.Typer(
+    name="eddy",
+    help="Eddy: an event-streaming platform that speaks the Kafka protocol.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@app.callback()
+def main() -> None:
+    """Eddy: an event-streaming platform that speaks the Kafka protocol."""
+
+
+@app.command()
+def serve(
+    config_file: Annotated[
+        str | None, typer.Option("--config", "-c", help="YAML config file")
+    ] = None,
+    listen: Annotated[
+        str | None, typer.Option(help="Kafka listener HOST:PORT (port 0 picks a free one)")
+    ] = None,
+    advertised: Annotated[
+        str | None, typer.Option(help="HOST:PORT clients are told to connect to")
+    ] = None,
+    data_dir: Annotated[str | None, typer.Option(help="data directory")] = None,
+    node_id: Annotated[int | None, typer.Option(help="node id")] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="any setting as KEY=VALUE, e.g. num.partitions=3"),
+    ] = None,
+) -> None:
+    """Run a broker: every role in one process, on 127.0.0.1:9092 with data in ./eddy-data."""
+    overrides: dict[str, object] = {}
+    for item in set_ or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            typer.echo(f"error: --set expects KEY=VALUE, got {item!r}", err=True)
+            raise typer.Exit(2)
+        overrides[key.strip()] = value.strip()
+    for key, value in (("listen", listen), ("advertised", advertised),
+                       ("data_dir", data_dir), ("node_id", node_id)):
+        if value is not None:
+            overrides[key] = value
+    try:
+        config = load_config(config_file, overrides=overrides)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    from eddy.broker.runtime import run
+
+    try:
+        run(config)
+    except OSError as exc:
+        typer.echo(f"error: cannot start: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except (ValueError, KeyError) as exc:
+        typer.echo(f"error: data directory {config.data_dir} is unreadable: {exc}", err=True)
+        raise typer.Exit(1) from None

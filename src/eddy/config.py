@@ -1,0 +1,179 @@
+"""Eddy's one typed config: defaults < config file < EDDY_* env < flags (later wins)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from eddy.log.config import LONG_MAX, TOPIC_CONFIGS
+
+ENV_PREFIX = "EDDY_"
+
+
+class ConfigError(ValueError):
+    """A config problem, worded for a person: which source, which field, what is wrong."""
+
+
+def parse_host_port(value: str, field: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{field}: expected HOST:PORT, got {value!r}")
+    return (host.strip("[]") or "127.0.0.1"), int(port)
+
+
+class BrokerConfig(BaseModel):
+    """Every setting a user can set. Kafka's dotted names are accepted as aliases."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    node_id: int = Field(1, ge=0, description="this node's id (Kafka's node.id)")
+    listen: str = Field("127.0.0.1:9092", description="Kafka listener HOST:PORT")
+    advertised: str | None = Field(
+        None, description="HOST:PORT clients are told to connect to (default: listen)"
+    )
+    data_dir: str = Field("./eddy-data", description="where logs and metadata live")
+    auto_create_topics_enable: bool = Field(
+        True, alias="auto.create.topics.enable", description="create topics on Metadata"
+    )
+    num_partitions: int = Field(
+        1, ge=1, alias="num.partitions", description="partitions of auto-created topics"
+    )
+    default_replication_factor: int = Field(1, ge=1, alias="default.replication.factor")
+    socket_request_max_bytes: int = Field(
+        104857600, ge=1024, alias="socket.request.max.bytes",
+        description="largest request frame accepted",
+    )
+    log_flush_interval_messages: int = Field(
+        LONG_MAX, ge=1, alias="log.flush.interval.messages",
+        description="fsync after this many messages (default: leave it to the OS)",
+    )
+    log_flush_interval_ms: int = Field(
+        LONG_MAX, ge=0, alias="log.flush.interval.ms", description="fsync at least this often"
+    )
+    log_segment_bytes: int = Field(1073741824, ge=14, alias="log.segment.bytes")
+    log_roll_ms: int = Field(604800000, ge=1, alias="log.roll.ms")
+    log_retention_ms: int = Field(604800000, ge=-1, alias="log.retention.ms")
+    log_retention_bytes: int = Field(-1, alias="log.retention.bytes")
+    log_retention_check_interval_ms: int = Field(
+        300000, ge=1, alias="log.retention.check.interval.ms"
+    )
+    message_max_bytes: int = Field(1048588, ge=0, alias="message.max.bytes")
+    log_index_interval_bytes: int = Field(4096, ge=0, alias="log.index.interval.bytes")
+    log_message_timestamp_type: str = Field("CreateTime", alias="log.message.timestamp.type")
+    log_cleanup_policy: str = Field("delete", alias="log.cleanup.policy")
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+
+    @field_validator("listen", "advertised")
+    @classmethod
+    def _host_port(cls, v: str | None, info: Any) -> str | None:
+        if v is not None:
+            parse_host_port(v, info.field_name)
+        return v
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, v: str) -> str:
+        if v.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
+        return v.upper()
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return parse_host_port(self.listen, "listen")
+
+    @property
+    def advertised_address(self) -> tuple[str, int]:
+        if self.advertised:
+            return parse_host_port(self.advertised, "advertised")
+        host, port = self.listen_address
+        return ("127.0.0.1" if host in ("0.0.0.0", "::", "") else host), port
+
+    def topic_defaults(self) -> dict[str, str]:
+        """Broker-level defaults for topic configs, under the topic configs' names."""
+        mapping = {
+            "flush.messages": self.log_flush_interval_messages,
+            "flush.ms": self.log_flush_interval_ms,
+            "segment.bytes": self.log_segment_bytes,
+            "segment.ms": self.log_roll_ms,
+            "retention.ms": self.log_retention_ms,
+            "retention.bytes": self.log_retention_bytes,
+            "max.message.bytes": self.message_max_bytes,
+            "index.interval.bytes": self.log_index_interval_bytes,
+            "message.timestamp.type": self.log_message_timestamp_type,
+            "cleanup.policy": self.log_cleanup_policy,
+        }
+        out = {k: str(v) for k, v in mapping.items()}
+        for name, raw in out.items():
+            TOPIC_CONFIGS[name].parse(raw)
+        return out
+
+
+def _field_names() -> dict[str, str]:
+    """Every accepted spelling (snake, dotted alias, dashed) -> field name."""
+    names: dict[str, str] = {}
+    for name, f in BrokerConfig.model_fields.items():
+        names[name] = name
+        names[name.replace("_", "-")] = name
+        names[name.replace("_", ".")] = name
+        if f.alias:
+            names[f.alias] = name
+    return names
+
+
+def _normalise(source: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+    names = _field_names()
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        field = names.get(str(key).lower())
+        if field is None:
+            raise ConfigError(f"{source}: unknown setting {key!r}")
+        out[field] = value
+    return out
+
+
+def load_config(
+    config_file: str | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> BrokerConfig:
+    """Merge the layers and validate once; errors name the source and the field."""
+    layers: list[tuple[str, dict[str, Any]]] = []
+    if config_file:
+        path = Path(config_file)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file {config_file} does not exist") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{config_file}: not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{config_file}: expected a mapping of settings")
+        layers.append((config_file, _normalise(config_file, data)))
+    env = os.environ if env is None else env
+    env_values = {
+        k[len(ENV_PREFIX):].lower(): v
+        for k, v in env.items()
+        if k.startswith(ENV_PREFIX) and k not in ("EDDY_BOOTSTRAP",)
+    }
+    if env_values:
+        layers.append(("environment (EDDY_*)", _normalise("environment (EDDY_*)", env_values)))
+    if overrides:
+        layers.append(("command line", _normalise("command line", overrides)))
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for source, values in layers:
+        merged.update(values)
+        origin.update(dict.fromkeys(values, source))
+    try:
+        return BrokerConfig(**merged)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            problems.append(f"{origin.get(field, 'config')}: {field}: {err['msg']}")
+        raise ConfigError("; ".join(problems)) from None

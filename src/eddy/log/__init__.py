@@ -1,0 +1,1 @@
+"""Storage engine: segments, indexes, partition logs, recovery, retention, metadata."""

@@ -1,0 +1,340 @@
+"""A partition's log: its segments, offsets (log start, high watermark, end) and epoch."""
+
+from __future__ import annotations
+
+import logging
+import os
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from eddy.log.config import TopicConfig
+from eddy.log.segment import BatchPos, Segment
+from eddy.log.state_files import read_int_file, write_int_file
+from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.protocol.record_batch import ValidatedBatches, patch_base_offset, set_log_append_time
+
+log = logging.getLogger(__name__)
+
+LOG_START_FILE = "log-start-offset"
+RECOVERY_POINT_FILE = "recovery-point"
+LEADER_EPOCH_FILE = "leader-epoch"
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSlice:
+    """A byte range of one segment file: whole batches, except possibly a cut last one."""
+
+    segment: Segment
+    position: int
+    length: int
+
+    def read(self) -> bytes:
+        return self.segment.read_at(self.position, self.length)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time: int  # -1 for CreateTime topics
+    log_start_offset: int
+
+
+class PartitionLog:
+    def __init__(self, directory: str, topic: str, partition: int, config: TopicConfig) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.segments: list[Segment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.high_watermark = 0
+        self.leader_epoch = 0
+        self.recovery_point = 0
+        self.unflushed_messages = 0
+        self.last_flush_ms = 0
+        self.flushed_offset = 0  # everything below is fsynced
+
+    # ---- opening -------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: str,
+        topic: str,
+        partition: int,
+        config: TopicConfig,
+        clean_shutdown: bool,
+        now_ms: int,
+    ) -> PartitionLog:
+        os.makedirs(directory, exist_ok=True)
+        plog = cls(directory, topic, partition, config)
+        plog._load(clean_shutdown)
+        plog.last_flush_ms = now_ms
+        return plog
+
+    def _load(self, clean_shutdown: bool) -> None:
+        self.log_start_offset = read_int_file(os.path.join(self.directory, LOG_START_FILE), 0)
+        self.recovery_point = read_int_file(os.path.join(self.directory, RECOVERY_POINT_FILE), 0)
+        self.leader_epoch = read_int_file(os.path.join(self.directory, LEADER_EPOCH_FILE), 0)
+        bases = sorted(
+            int(name[:-4])
+            for name in os.listdir(self.directory)
+            if name.endswith(".log") and name[:-4].isdigit()
+        )
+        expected = 0
+        truncated = False
+        for base in bases:
+            seg = Segment(self.directory, base, self.config.index_interval_bytes)
+            if truncated:
+                log.warning("%s: deleting segment after a corrupt one", seg.log_path)
+                seg.delete_files()
+                continue
+            validate = not clean_shutdown and seg.base_offset >= self._recovery_segment_base(
+                bases
+            )
+            healthy = seg.load(validate=validate, expected_start=expected)
+            self.segments.append(seg)
+            expected = seg.next_offset
+            if not healthy:
+                truncated = True
+        # an empty non-first segment is harmless, but an empty log still needs one segment
+        if not self.segments:
+            start = self.log_start_offset
+            self.segments.append(Segment(self.directory, start, self.config.index_interval_bytes))
+            self.segments[0].next_offset = start
+        self._bases = [s.base_offset for s in self.segments]
+        leo = self.segments[-1].next_offset
+        if leo < self.log_start_offset:
+            # every segment up to the log start offset was deleted: restart there
+            self._roll(self.log_start_offset, 0)
+            leo = self.log_start_offset
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self.high_watermark = leo
+        self.flushed_offset = leo if clean_shutdown else min(self.recovery_point, leo)
+
+    def _recovery_segment_base(self, bases: list[int]) -> int:
+        """Base of the segment holding the recovery point: validate it and all after."""
+        i = bisect_right(bases, self.recovery_point)
+        return bases[i - 1] if i else 0
+
+    # ---- state ---------------------------------------------------------------------------
+
+    @property
+    def active(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # ---- append --------------------------------------------------------------------------
+
+    def append(self, data: bytearray, batches: ValidatedBatches, now_ms: int) -> AppendResult:
+        """Assign offsets to validated batches and write them. The caller holds no lock:
+        this runs to completion on the event loop, so appends never interleave."""
+        cfg = self.config
+        if not cfg.log_append_time and batches.headers:
+            for h in batches.headers:
+                ts = h.max_timestamp
+                if ts < 0:
+                    continue
+                if ts < now_ms - cfg.timestamp_before_max_ms or (
+                    ts > now_ms + cfg.timestamp_after_max_ms
+                ):
+                    raise KafkaError(
+                        ErrorCode.invalid_timestamp,
+                        f"timestamp {ts} is outside the allowed range of the broker clock "
+                        f"{now_ms} (message.timestamp.before/after.max.ms)",
+                    )
+        size = len(data)
+        seg = self.active
+        if seg.size and (
+            seg.size + size > cfg.segment_bytes or now_ms - seg.created_ms >= cfg.segment_ms
+        ):
+            seg = self._roll(self.log_end_offset, now_ms)
+        offset = self.log_end_offset
+        base = offset
+        epoch = self.leader_epoch
+        meta: list[tuple[int, int, int, int, int]] = []
+        append_time = now_ms if cfg.log_append_time else -1
+        for h, pos in zip(batches.headers, batches.positions, strict=True):
+            patch_base_offset(data, pos, offset, epoch)
+            max_ts = h.max_timestamp
+            if append_time >= 0:
+                set_log_append_time(data, pos, h.size, append_time)
+                max_ts = append_time
+            meta.append((pos, h.size, offset, offset + h.last_offset_delta, max_ts))
+            offset += h.record_count
+        seg.append(data, meta, now_ms)
+        self.unflushed_messages += batches.record_count
+        self.high_watermark = self.log_end_offset  # one replica: HWM = LEO
+        return AppendResult(base, offset - 1, append_time, self.log_start_offset)
+
+    def _roll(self, base_offset: int, now_ms: int) -> Segment:
+        old = self.segments[-1] if self.segments else None
+        if old is not None and old.is_empty and old.base_offset <= base_offset:
+            # replace an empty segment rather than leave a hole of files behind
+            self.segments.pop()
+            old.delete_files()
+            old = None
+        seg = Segment(self.directory, base_offset, self.config.index_interval_bytes)
+        seg.next_offset = base_offset
+        self.segments.append(seg)
+        self._bases = [s.base_offset for s in self.segments]
+        log.debug("%s-%d: rolled segment at offset %d", self.topic, self.partition, base_offset)
+        return seg
+
+    def roll_if_due(self, now_ms: int) -> bool:
+        seg = self.active
+        if seg.size and now_ms - seg.created_ms >= self.config.segment_ms:
+            self._roll(self.log_end_offset, now_ms)
+            return True
+        return False
+
+    # ---- flush ---------------------------------------------------------------------------
+
+    def flush_due(self, now_ms: int) -> bool:
+        if self.flushed_offset >= self.log_end_offset:
+            return False
+        return (
+            self.unflushed_messages >= self.config.flush_messages
+            or now_ms - self.last_flush_ms >= self.config.flush_ms
+        )
+
+    def segments_to_flush(self) -> tuple[list[Segment], int]:
+        """Segments holding unflushed data and the offset a completed fsync covers."""
+        target = self.log_end_offset
+        segs = [s for s in self.segments if s.next_offset > self.flushed_offset and s.size]
+        self.unflushed_messages = 0
+        return segs, target
+
+    def flush_completed(self, offset: int, now_ms: int) -> None:
+        self.last_flush_ms = now_ms
+        if offset > self.flushed_offset:
+            self.flushed_offset = offset
+            point = self._segment_for(offset).base_offset
+            if point != self.recovery_point:
+                self.recovery_point = point
+                write_int_file(os.path.join(self.directory, RECOVERY_POINT_FILE), point)
+
+    def rolled_segments_to_flush(self) -> list[Segment]:
+        """Inactive segments not yet fsynced (Kafka flushes a segment when it rolls)."""
+        return [s for s in self.segments[:-1] if s.next_offset > self.flushed_offset]
+
+    # ---- read ----------------------------------------------------------------------------
+
+    def _segment_for(self, offset: int) -> Segment:
+        i = bisect_right(self._bases, offset)
+        return self.segments[max(i - 1, 0)]
+
+    def check_offset(self, offset: int) -> None:
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]",
+            )
+
+    def read(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> FetchSlice | None:
+        """Bytes from the batch holding offset, up to max_bytes (at least one whole batch
+        when min_one), never past max_offset (exclusive: the HWM or LSO)."""
+        self.check_offset(offset)
+        if offset >= max_offset:
+            return None
+        i = bisect_right(self._bases, offset) - 1
+        i = max(i, 0)
+        while i < len(self.segments):
+            seg = self.segments[i]
+            bp = seg.find_batch(offset)
+            if bp is not None:
+                break
+            i += 1
+        else:
+            return None
+        if bp.base_offset >= max_offset:
+            return None
+        end = seg.size if max_offset >= seg.next_offset else seg.position_of_offset(max_offset)
+        available = end - bp.position
+        length = min(available, max_bytes)
+        if min_one and length < bp.size:
+            length = min(bp.size, available)
+        if length <= 0:
+            return None
+        return FetchSlice(seg, bp.position, length)
+
+    def offset_for_timestamp(self, timestamp: int) -> BatchPos | None:
+        """The first batch (from the log start) with a max timestamp >= timestamp."""
+        for seg in self.segments:
+            if seg.max_timestamp < timestamp or seg.next_offset <= self.log_start_offset:
+                continue
+            bp = seg.find_timestamp(timestamp)
+            if bp is not None and bp.last_offset >= self.log_start_offset:
+                return bp
+        return None
+
+    def max_timestamp_batch(self) -> tuple[int, int]:
+        """(max timestamp, its offset) over the log: ListOffsets MAX_TIMESTAMP (-3)."""
+        best = (-1, -1)
+        for seg in self.segments:
+            if seg.max_timestamp > best[0]:
+                best = (seg.max_timestamp, seg.offset_of_max_timestamp)
+        return best
+
+    # ---- retention and deletion -----------------------------------------------------------
+
+    def set_log_start_offset(self, offset: int) -> None:
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            write_int_file(os.path.join(self.directory, LOG_START_FILE), offset)
+            self._delete_segments_below(offset)
+
+    def _delete_segments_below(self, offset: int) -> int:
+        """Delete whole segments ending at or before offset; the active one stays."""
+        removed = 0
+        while len(self.segments) > 1 and self.segments[0].next_offset <= offset:
+            seg = self.segments.pop(0)
+            seg.delete_files()
+            removed += 1
+        self._bases = [s.base_offset for s in self.segments]
+        return removed
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete segments past retention.ms / retention.bytes; returns how many."""
+        if not self.config.delete:
+            return 0
+        new_start = self.log_start_offset
+        retention_ms = self.config.retention_ms
+        retention_bytes = self.config.retention_bytes
+        total = self.size_bytes
+        for seg in self.segments[:-1]:
+            by_time = retention_ms >= 0 and 0 <= seg.max_timestamp < now_ms - retention_ms
+            by_size = retention_bytes >= 0 and total - seg.size >= retention_bytes
+            if not (by_time or by_size):
+                break
+            total -= seg.size
+            new_start = seg.next_offset
+        if new_start > self.log_start_offset:
+            count = len(self.segments)
+            self.set_log_start_offset(new_start)
+            log.info(
+                "%s-%d: retention deleted %d segments, log start offset now %d",
+                self.topic, self.partition, count - len(self.segments), new_start,
+            )
+            return count - len(self.segments)
+        return 0
+
+    def close(self) -> None:
+        for seg in self.segments:
+            seg.close()
+
+    def delete(self) -> None:
+        for seg in self.segments:
+            seg.delete_files()
+        for name in os.listdir(self.directory):
+            os.unlink(os.path.join(self.directory, name))
+        os.rmdir(self.directory)

@@ -1,0 +1,1 @@
+"""Kafka wire protocol, sans-IO: framing, headers, API table, record batches."""

@@ -1,0 +1,124 @@
+"""Request and response encoding on top of kio's generated message types."""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+
+from eddy.protocol.apis import SUPPORTED, ApiKey, is_flexible, response_header_version
+
+_PREFIX = struct.Struct(">hhi")
+
+
+class MalformedRequest(Exception):
+    """A frame whose header or body cannot be decoded: the connection is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RawHeader:
+    """The fixed prefix every request shares, readable whatever the version."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    api_key: ApiKey
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+
+
+def peek_header(frame: bytes) -> RawHeader:
+    if len(frame) < _PREFIX.size:
+        raise MalformedRequest(f"frame of {len(frame)} bytes is shorter than a request header")
+    key, version, corr = _PREFIX.unpack_from(frame, 0)
+    return RawHeader(key, version, corr)
+
+
+@cache
+def _request_reader(api_key: ApiKey, version: int) -> Any:
+    return entity_reader(load_request_schema(api_key, version))
+
+
+@cache
+def _response_writer(api_key: ApiKey, version: int) -> Any:
+    return entity_writer(load_response_schema(api_key, version))
+
+
+_header_v1_reader = entity_reader(RequestHeaderV1)
+_header_v2_reader = entity_reader(RequestHeaderV2)
+_resp_header_v0_writer = entity_writer(ResponseHeaderV0)
+_resp_header_v1_writer = entity_writer(ResponseHeaderV1)
+
+
+def decode_request(frame: bytes, api_key: ApiKey, version: int) -> Request:
+    """Decode a request of a supported API and version (checked by the caller)."""
+    header_reader = _header_v2_reader if is_flexible(api_key, version) else _header_v1_reader
+    try:
+        header, used = header_reader(frame, 0)
+        body, body_len = _request_reader(api_key, version)(frame, used)
+    except Exception as exc:  # kio raises a variety of errors on truncated/garbage input
+        raise MalformedRequest(
+            f"cannot decode {api_key.name} v{version}: {type(exc).__name__}: {exc}"
+        ) from exc
+    if used + body_len != len(frame):
+        raise MalformedRequest(
+            f"{api_key.name} v{version}: {len(frame) - used - body_len} trailing bytes"
+        )
+    return Request(api_key, version, header.correlation_id, header.client_id, body)
+
+
+def response_class(api_key: ApiKey, version: int) -> Any:
+    return load_response_schema(api_key, version)
+
+
+def response_module(api_key: ApiKey, version: int) -> Any:
+    """The kio module holding every nested response type of this API version."""
+    import sys
+
+    return sys.modules[response_class(api_key, version).__module__]
+
+
+def request_module(api_key: ApiKey, version: int) -> Any:
+    import sys
+
+    return sys.modules[load_request_schema(api_key, version).__module__]
+
+
+def encode_response(api_key: ApiKey, version: int, correlation_id: int, body: Any) -> bytes:
+    """Encode header and body, without the size prefix."""
+    buf = io.BytesIO()
+    if response_header_version(api_key, version) == 0:
+        _resp_header_v0_writer(buf, ResponseHeaderV0(correlation_id=correlation_id))
+    else:
+        _resp_header_v1_writer(buf, ResponseHeaderV1(correlation_id=correlation_id))
+    _response_writer(api_key, version)(buf, body)
+    return buf.getvalue()
+
+
+def build(cls: type[Any], **fields: Any) -> Any:
+    """Instantiate a kio type with the fields this version has, ignoring the others."""
+    known = cls.__dataclass_fields__
+    return cls(**{k: v for k, v in fields.items() if k in known})
+
+
+def supported_version(api_key: int, version: int) -> ApiKey | None:
+    try:
+        key = ApiKey(api_key)
+    except ValueError:
+        return None
+    return key if version in SUPPORTED[key] else None

@@ -1,0 +1,193 @@
+"""A view of Kafka RecordBatch v2 headers: validate, patch offsets, never decode records.
+
+Layout (big endian), offsets in bytes:
+  0 baseOffset i64 | 8 batchLength i32 | 12 partitionLeaderEpoch i32 | 16 magic i8
+  17 crc u32 (CRC32C of bytes 21..end) | 21 attributes i16 | 23 lastOffsetDelta i32
+  27 baseTimestamp i64 | 35 maxTimestamp i64 | 43 producerId i64 | 51 producerEpoch i16
+  53 baseSequence i32 | 57 recordCount i32 | 61 records...
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from eddy.protocol.errors import ErrorCode, KafkaError
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: the part not counted by batchLength
+CRC_START = 21
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_OFFSET_LEN = struct.Struct(">qi")
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+
+COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+
+def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+
+
+def peek_offset_and_size(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """(base offset, total size) of the batch at pos: the 12 bytes every magic shares."""
+    base, length = _OFFSET_LEN.unpack_from(buf, pos)
+    return base, length + LOG_OVERHEAD
+
+
+def batch_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int:
+    return crc32c(memoryview(buf)[pos + CRC_START : pos + size])
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedBatches:
+    """Batches of one produce request, checked, with where each starts in the buffer."""
+
+    headers: list[BatchHeader]
+    positions: list[int]
+    record_count: int
+    max_timestamp: int
+    offset_of_max_timestamp: int  # relative to the first batch's offsets
+
+
+def validate_batches(
+    data: bytes | bytearray,
+    *,
+    max_batch_bytes: int,
+) -> ValidatedBatches:
+    """Check every batch of a produce payload the way Kafka's LogValidator does for v2,
+    without looking inside the records. Raises KafkaError with the precise code."""
+    total = len(data)
+    if total == 0:
+        raise KafkaError(ErrorCode.invalid_record, "empty record set")
+    view = memoryview(data)
+    pos = 0
+    headers: list[BatchHeader] = []
+    positions: list[int] = []
+    count = 0
+    next_rel = 0
+    max_ts = -1
+    max_ts_rel = -1
+    while pos < total:
+        if total - pos < LOG_OVERHEAD + 5:
+            raise KafkaError(ErrorCode.corrupt_message, "truncated batch header")
+        magic = view[pos + 16]
+        if magic != 2:
+            raise KafkaError(
+                ErrorCode.unsupported_for_message_format,
+                f"record batch magic {magic} is not supported; only magic 2",
+            )
+        if total - pos < HEADER_SIZE:
+            raise KafkaError(ErrorCode.corrupt_message, "truncated batch header")
+        h = parse_header(view, pos)
+        size = h.size
+        if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + size > total:
+            raise KafkaError(
+                ErrorCode.corrupt_message, f"batch length {h.batch_length} does not fit the data"
+            )
+        if size > max_batch_bytes:
+            raise KafkaError(
+                ErrorCode.message_too_large,
+                f"batch of {size} bytes exceeds max.message.bytes={max_batch_bytes}",
+            )
+        if batch_crc(view, pos, size) != h.crc:
+            raise KafkaError(ErrorCode.corrupt_message, "record batch CRC32C mismatch")
+        if h.record_count <= 0:
+            raise KafkaError(ErrorCode.invalid_record, "record batch holds no records")
+        if h.last_offset_delta != h.record_count - 1:
+            raise KafkaError(
+                ErrorCode.invalid_record,
+                f"lastOffsetDelta {h.last_offset_delta} does not match "
+                f"record count {h.record_count}",
+            )
+        if h.compression not in COMPRESSION_NAMES:
+            raise KafkaError(
+                ErrorCode.invalid_record, f"unknown compression codec {h.compression}"
+            )
+        if h.is_control:
+            raise KafkaError(
+                ErrorCode.invalid_record, "clients may not produce control batches"
+            )
+        if h.max_timestamp > max_ts:
+            max_ts = h.max_timestamp
+            max_ts_rel = next_rel + h.last_offset_delta
+        headers.append(h)
+        positions.append(pos)
+        count += h.record_count
+        next_rel += h.record_count
+        pos += size
+    return ValidatedBatches(headers, positions, count, max_ts, max_ts_rel)
+
+
+def patch_base_offset(buf: bytearray, pos: int, base_offset: int, leader_epoch: int) -> None:
+    """Assign the batch its log offset and leader epoch: neither is covered by the CRC."""
+    _I64.pack_into(buf, pos, base_offset)
+    _I32.pack_into(buf, pos + 12, leader_epoch)
+
+
+def set_log_append_time(buf: bytearray, pos: int, size: int, timestamp_ms: int) -> None:
+    """Stamp LogAppendTime: set the timestamp-type bit and maxTimestamp, then re-CRC."""
+    (attrs,) = _I16.unpack_from(buf, pos + 21)
+    _I16.pack_into(buf, pos + 21, attrs | TIMESTAMP_TYPE_BIT)
+    _I64.pack_into(buf, pos + 35, timestamp_ms)
+    _U32.pack_into(buf, pos + 17, batch_crc(buf, pos, size))
+
+
+def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each whole v2 batch in buf; stops at the first partial one."""
+    pos = 0
+    total = len(buf)
+    while total - pos >= HEADER_SIZE:
+        h = parse_header(buf, pos)
+        if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + h.size > total:
+            return
+        yield pos, h
+        pos += h.size
