@@ -1,0 +1,112 @@
+"""Shared fixtures: a real `eddy serve` process on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+READY = "EDDY_READY kafka="
+
+
+class EddyProcess:
+    """One broker process with its own data dir; restartable on the same port."""
+
+    def __init__(self, data_dir: Path, extra_args: list[str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.extra_args = list(extra_args or [])
+        self.port = 0
+        self.proc: subprocess.Popen[str] | None = None
+        self.log_path = data_dir.parent / f"{data_dir.name}.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 15.0) -> EddyProcess:
+        assert self.proc is None, "already running"
+        cmd = [
+            sys.executable, "-m", "eddy", "serve",
+            "--listen", f"127.0.0.1:{self.port}",
+            "--data-dir", str(self.data_dir),
+            *self.extra_args,
+        ]
+        log = open(self.log_path, "a")  # noqa: SIM115 - kept open for the process' life
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ}
+        )
+        assert self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"eddy exited with {self.proc.returncode}:\n{self.logs()}")
+            if sel.select(timeout=0.2):
+                line = self.proc.stdout.readline()
+                if line.startswith(READY):
+                    self.port = int(line.strip().rsplit(":", 1)[1])
+                    return self
+        self.kill()
+        raise RuntimeError(f"eddy did not become ready in {timeout}s:\n{self.logs()}")
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGTERM and wait: a clean shutdown."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, no shutdown work at all."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def restart(self) -> EddyProcess:
+        if self.proc is not None:
+            self.stop()
+        return self.start()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def logs(self) -> str:
+        try:
+            return self.log_path.read_text()
+        except FileNotFoundError:
+            return ""
+
+
+@pytest.fixture
+def eddy_factory(tmp_path: Path) -> Iterator[object]:
+    """Start brokers with `eddy_factory(*extra_args)`; all are stopped at the end."""
+    procs: list[EddyProcess] = []
+
+    def make(*extra_args: str, name: str = "data") -> EddyProcess:
+        p = EddyProcess(tmp_path / f"{name}{len(procs)}", list(extra_args))
+        procs.append(p)
+        return p.start()
+
+    yield make
+    for p in procs:
+        p.kill()
+
+
+@pytest.fixture
+def eddy(eddy_factory) -> EddyProcess:  # type: ignore[no-untyped-def]
+    """A running broker with default settings."""
+    return eddy_factory()  # type: ignore[no-any-return, operator]
