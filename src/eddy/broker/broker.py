@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -72,10 +73,8 @@ class Broker:
     async def stop(self) -> None:
         if self._maintenance is not None:
             self._maintenance.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._maintenance
-            except asyncio.CancelledError:
-                pass
         self.logs.close(clean=True)
 
     async def _maintain(self) -> None:

@@ -47,10 +47,9 @@ def serve(
             typer.echo(f"error: --set expects KEY=VALUE, got {item!r}", err=True)
             raise typer.Exit(2)
         overrides[key.strip()] = value.strip()
-    for key, value in (("listen", listen), ("advertised", advertised),
-                       ("data_dir", data_dir), ("node_id", node_id)):
-        if value is not None:
-            overrides[key] = value
+    flags: dict[str, object] = {"listen": listen, "advertised": advertised,
+                                "data_dir": data_dir, "node_id": node_id}
+    overrides.update({k: v for k, v in flags.items() if v is not None})
     try:
         config = load_config(config_file, overrides=overrides)
     except ConfigError as exc:

@@ -240,7 +240,9 @@ class PartitionLog:
                 f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]",
             )
 
-    def read(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> FetchSlice | None:
+    def read(
+        self, offset: int, max_bytes: int, max_offset: int, min_one: bool
+    ) -> FetchSlice | None:
         """Bytes from the batch holding offset, up to max_bytes (at least one whole batch
         when min_one), never past max_offset (exclusive: the HWM or LSO)."""
         self.check_offset(offset)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from eddy.log.index import OffsetIndex, TimeIndex
@@ -132,7 +134,7 @@ class Segment:
             out.append(bp)
         return out
 
-    def _iter(self, pos: int, end: int | None = None):  # type: ignore[no-untyped-def]
+    def _iter(self, pos: int, end: int | None = None) -> Iterator[BatchPos]:
         limit = self.size if end is None else min(end, self.size)
         while limit - pos >= HEADER_SIZE:
             chunk = os.pread(self.fd, min(_SCAN_CHUNK, limit - pos), pos)
@@ -286,7 +288,5 @@ class Segment:
         self.deleted = True
         self.close()
         for path in (self.log_path, self.index._file.path, self.time_index._file.path):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-            except FileNotFoundError:
-                pass

@@ -90,7 +90,8 @@ async def handle(broker: Broker, req: Request) -> Any:
                 if allow_auto and broker.config.auto_create_topics_enable:
                     t = broker.auto_create(name)
                 else:
-                    topics.append(_error_entry(mod, name, None, ErrorCode.unknown_topic_or_partition))
+                    code = ErrorCode.unknown_topic_or_partition
+                    topics.append(_error_entry(mod, name, None, code))
                     continue
             topics.append(_topic_entry(broker, mod, t))
     brokers = (
