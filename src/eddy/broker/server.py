@@ -12,6 +12,7 @@ from eddy.broker.broker import Broker
 from eddy.broker.handlers import admin, api_versions, fetch, list_offsets, metadata, produce
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import (
+    Encoded,
     MalformedRequest,
     Request,
     decode_request,
@@ -100,14 +101,14 @@ class KafkaServer:
                     f"request of {size} bytes is outside 0..socket.request.max.bytes={max_bytes}"
                 )
             frame = await reader.readexactly(size)
-            response = await self.dispatch(broker, frame)
-            if response is not None:
-                writer.write(_SIZE.pack(len(response)))
-                writer.write(response)
+            chunks = await self.dispatch(broker, frame)
+            if chunks is not None:
+                size = sum(len(c) for c in chunks)
+                writer.writelines([_SIZE.pack(size), *chunks])
                 await writer.drain()
 
     @staticmethod
-    async def dispatch(broker: Broker, frame: bytes) -> bytes | None:
+    async def dispatch(broker: Broker, frame: bytes) -> list[bytes | memoryview] | None:
         try:
             raw = peek_header(frame)
         except MalformedRequest as exc:
@@ -117,7 +118,7 @@ class KafkaServer:
             if raw.api_key == ApiKey.API_VERSIONS:
                 # answer in v0 with the ranges we have, so the client can retry lower
                 body = api_versions.unsupported_response()
-                return encode_response(ApiKey.API_VERSIONS, 0, raw.correlation_id, body)
+                return [encode_response(ApiKey.API_VERSIONS, 0, raw.correlation_id, body)]
             raise CloseConnection(
                 f"unsupported API key {raw.api_key} version {raw.api_version}"
             )
@@ -128,4 +129,6 @@ class KafkaServer:
         body = await HANDLERS[key](broker, request)
         if body is None:
             return None
-        return encode_response(key, request.api_version, request.correlation_id, body)
+        if isinstance(body, Encoded):
+            return body.chunks
+        return [encode_response(key, request.api_version, request.correlation_id, body)]

@@ -42,6 +42,13 @@ class Request:
     body: Any
 
 
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A response a handler encoded itself (header included), as buffers to write."""
+
+    chunks: list[bytes | memoryview]
+
+
 def peek_header(frame: bytes) -> RawHeader:
     if len(frame) < _PREFIX.size:
         raise MalformedRequest(f"frame of {len(frame)} bytes is shorter than a request header")

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import datetime
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from eddy.broker.broker import Broker
 from eddy.log.partition import PartitionLog
-from eddy.protocol.apis import ApiKey
-from eddy.protocol.codec import Request, build, response_module
+from eddy.protocol.codec import Encoded, Request
 from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.protocol.fetch_codec import FetchPartition, FetchTopic, encode_fetch_response
 
 READ_COMMITTED = 1
 
@@ -109,38 +108,24 @@ async def handle(broker: Broker, req: Request) -> Any:
             results, total = _read_all(topics, body.max_bytes, read_committed)
             if total >= body.min_bytes:
                 break
-    mod = response_module(ApiKey.FETCH, version)
-    responses = []
+    topics_out = []
     for ft, row in zip(body.topics, results, strict=True):
         partitions = []
         for w, code, data in row:
             plog = w.plog
             hwm = plog.high_watermark if plog is not None else -1
             partitions.append(
-                build(
-                    mod.PartitionData,
-                    partition_index=w.partition,
+                FetchPartition(
+                    index=w.partition,
                     error_code=code,
                     high_watermark=hwm,
                     last_stable_offset=hwm,
                     log_start_offset=plog.log_start_offset if plog is not None else -1,
-                    aborted_transactions=() if read_committed else None,
-                    preferred_read_replica=-1,
+                    aborted=[] if read_committed else None,
                     records=data,
                 )
             )
-        responses.append(
-            build(
-                mod.FetchableTopicResponse,
-                topic=getattr(ft, "topic", None),
-                topic_id=getattr(ft, "topic_id", None),
-                partitions=tuple(partitions),
-            )
+        topics_out.append(
+            FetchTopic(getattr(ft, "topic", None), getattr(ft, "topic_id", None), partitions)
         )
-    return build(
-        mod.FetchResponse,
-        throttle_time=datetime.timedelta(0),
-        error_code=ErrorCode.none,
-        session_id=0,
-        responses=tuple(responses),
-    )
+    return Encoded(encode_fetch_response(version, req.correlation_id, topics_out))
