@@ -8,9 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from eddy.log.config import LONG_MAX, TOPIC_CONFIGS
+from eddy.log.config import LONG_MAX, TOPIC_CONFIGS, InvalidConfig
 
 ENV_PREFIX = "EDDY_"
 
@@ -66,6 +73,7 @@ class BrokerConfig(BaseModel):
     log_index_interval_bytes: int = Field(4096, ge=0, alias="log.index.interval.bytes")
     log_message_timestamp_type: str = Field("CreateTime", alias="log.message.timestamp.type")
     log_cleanup_policy: str = Field("delete", alias="log.cleanup.policy")
+    sendfile: bool = Field(True, description="send fetched log ranges with os.sendfile")
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
 
     @field_validator("listen", "advertised")
@@ -82,6 +90,11 @@ class BrokerConfig(BaseModel):
             raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
         return v.upper()
 
+    @model_validator(mode="after")
+    def _topic_defaults_valid(self) -> BrokerConfig:
+        self.topic_defaults()  # raises InvalidConfig (a ValueError) naming the setting
+        return self
+
     @property
     def listen_address(self) -> tuple[str, int]:
         return parse_host_port(self.listen, "listen")
@@ -96,20 +109,26 @@ class BrokerConfig(BaseModel):
     def topic_defaults(self) -> dict[str, str]:
         """Broker-level defaults for topic configs, under the topic configs' names."""
         mapping = {
-            "flush.messages": self.log_flush_interval_messages,
-            "flush.ms": self.log_flush_interval_ms,
-            "segment.bytes": self.log_segment_bytes,
-            "segment.ms": self.log_roll_ms,
-            "retention.ms": self.log_retention_ms,
-            "retention.bytes": self.log_retention_bytes,
-            "max.message.bytes": self.message_max_bytes,
-            "index.interval.bytes": self.log_index_interval_bytes,
-            "message.timestamp.type": self.log_message_timestamp_type,
-            "cleanup.policy": self.log_cleanup_policy,
+            "flush.messages": "log_flush_interval_messages",
+            "flush.ms": "log_flush_interval_ms",
+            "segment.bytes": "log_segment_bytes",
+            "segment.ms": "log_roll_ms",
+            "retention.ms": "log_retention_ms",
+            "retention.bytes": "log_retention_bytes",
+            "max.message.bytes": "message_max_bytes",
+            "index.interval.bytes": "log_index_interval_bytes",
+            "message.timestamp.type": "log_message_timestamp_type",
+            "cleanup.policy": "log_cleanup_policy",
         }
-        out = {k: str(v) for k, v in mapping.items()}
-        for name, raw in out.items():
-            TOPIC_CONFIGS[name].parse(raw)
+        out: dict[str, str] = {}
+        for topic_name, field in mapping.items():
+            raw = str(getattr(self, field))
+            try:
+                TOPIC_CONFIGS[topic_name].parse(raw)
+            except InvalidConfig as exc:
+                alias = type(self).model_fields[field].alias or field
+                raise InvalidConfig(f"{alias}: {exc}") from None
+            out[topic_name] = raw
         return out
 
 
@@ -174,6 +193,9 @@ def load_config(
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
-            field = str(err["loc"][0]) if err["loc"] else "?"
-            problems.append(f"{origin.get(field, 'config')}: {field}: {err['msg']}")
+            if err["loc"]:
+                field = str(err["loc"][0])
+                problems.append(f"{origin.get(field, 'config')}: {field}: {err['msg']}")
+            else:
+                problems.append(str(err["msg"]).removeprefix("Value error, "))
         raise ConfigError("; ".join(problems)) from None

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sized
 from typing import Any
 
 from eddy.broker.broker import Broker
 from eddy.broker.handlers import admin, api_versions, fetch, list_offsets, metadata, produce
+from eddy.broker.sender import ResponseWriter
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import (
     Encoded,
@@ -93,6 +94,7 @@ class KafkaServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         max_bytes = self.broker.config.socket_request_max_bytes
         broker = self.broker
+        out = ResponseWriter(writer, broker.config.sendfile)
         while True:
             head = await reader.readexactly(4)
             (size,) = _SIZE.unpack(head)
@@ -103,12 +105,10 @@ class KafkaServer:
             frame = await reader.readexactly(size)
             chunks = await self.dispatch(broker, frame)
             if chunks is not None:
-                size = sum(len(c) for c in chunks)
-                writer.writelines([_SIZE.pack(size), *chunks])
-                await writer.drain()
+                await out.send(chunks)
 
     @staticmethod
-    async def dispatch(broker: Broker, frame: bytes) -> list[bytes | memoryview] | None:
+    async def dispatch(broker: Broker, frame: bytes) -> list[Sized] | None:
         try:
             raw = peek_header(frame)
         except MalformedRequest as exc:

@@ -31,6 +31,13 @@ class FetchSlice:
     def read(self) -> bytes:
         return self.segment.read_at(self.position, self.length)
 
+    def __len__(self) -> int:
+        return self.length
+
+    @property
+    def fd(self) -> int:
+        return self.segment.fd
+
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Sized
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -46,7 +47,7 @@ class Request:
 class Encoded:
     """A response a handler encoded itself (header included), as buffers to write."""
 
-    chunks: list[bytes | memoryview]
+    chunks: list[Sized]  # bytes, or file ranges (anything with fd/position/length)
 
 
 def peek_header(frame: bytes) -> RawHeader:
@@ -89,10 +90,12 @@ def decode_request(frame: bytes, api_key: ApiKey, version: int) -> Request:
     return Request(api_key, version, header.correlation_id, header.client_id, body)
 
 
+@cache
 def response_class(api_key: ApiKey, version: int) -> Any:
     return load_response_schema(api_key, version)
 
 
+@cache
 def response_module(api_key: ApiKey, version: int) -> Any:
     """The kio module holding every nested response type of this API version."""
     import sys
@@ -100,6 +103,7 @@ def response_module(api_key: ApiKey, version: int) -> Any:
     return sys.modules[response_class(api_key, version).__module__]
 
 
+@cache
 def request_module(api_key: ApiKey, version: int) -> Any:
     import sys
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Sized
 from dataclasses import dataclass
 
 _I16 = struct.Struct(">h")
@@ -32,7 +33,7 @@ class FetchPartition:
     last_stable_offset: int
     log_start_offset: int
     aborted: list[tuple[int, int]] | None
-    records: bytes | memoryview | None
+    records: Sized | None  # bytes, or a file range the connection sends itself
 
 
 @dataclass(slots=True)
@@ -50,7 +51,7 @@ def encode_fetch_response(
     error_code: int = 0,
     session_id: int = 0,
     throttle_ms: int = 0,
-) -> list[bytes | memoryview]:
+) -> list[Sized]:
     """The response (header included, size prefix excluded) as a list of buffers."""
     flexible = version >= 12
     head = bytearray(_I32.pack(correlation_id))
@@ -61,7 +62,7 @@ def encode_fetch_response(
         head += _I16.pack(error_code)
         head += _I32.pack(session_id)
     head += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
-    chunks: list[bytes | memoryview] = []
+    chunks: list[Sized] = []
     buf = head
     for t in topics:
         if version >= 13:

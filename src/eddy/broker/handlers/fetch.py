@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eddy.broker.broker import Broker
-from eddy.log.partition import PartitionLog
+from eddy.log.partition import FetchSlice, PartitionLog
 from eddy.protocol.codec import Encoded, Request
 from eddy.protocol.errors import ErrorCode, KafkaError
 from eddy.protocol.fetch_codec import FetchPartition, FetchTopic, encode_fetch_response
@@ -55,13 +55,13 @@ def _resolve(broker: Broker, body: Any, version: int) -> list[list[_Wanted]]:
 
 def _read_all(
     topics: list[list[_Wanted]], max_bytes: int, read_committed: bool
-) -> tuple[list[list[tuple[_Wanted, ErrorCode, bytes | None]]], int]:
+) -> tuple[list[list[tuple[_Wanted, ErrorCode, FetchSlice | bytes | None]]], int]:
     budget = max_bytes
     total = 0
     first = True
-    out: list[list[tuple[_Wanted, ErrorCode, bytes | None]]] = []
+    out: list[list[tuple[_Wanted, ErrorCode, FetchSlice | bytes | None]]] = []
     for row in topics:
-        res_row: list[tuple[_Wanted, ErrorCode, bytes | None]] = []
+        res_row: list[tuple[_Wanted, ErrorCode, FetchSlice | bytes | None]] = []
         for w in row:
             plog = w.plog
             if w.error != ErrorCode.none or plog is None:
@@ -78,8 +78,8 @@ def _read_all(
             except KafkaError as exc:
                 res_row.append((w, exc.code, None))
                 continue
-            data = sl.read() if sl is not None else b""
-            if data:
+            data: FetchSlice | bytes = sl if sl is not None else b""
+            if len(data):
                 first = False
                 budget = max(budget - len(data), 0)
                 total += len(data)

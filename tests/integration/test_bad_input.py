@@ -1,0 +1,451 @@
+"""Bad input over raw sockets: garbage, truncated, oversized and mutated frames. After each,
+the broker is alive, a real client (confluent-kafka) still produces and consumes, and data
+written before is intact."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kafka_helpers import (
+    api_versions_ok,
+    batch_builder,
+    connect,
+    consume_all,
+    create_topic,
+    parse_api_versions_v0,
+    produce,
+    read_response,
+    send_then_eof,
+    wait_closed_by_broker,
+)
+
+bb = batch_builder
+MAX_REQUEST = 104_857_600  # socket.request.max.bytes default (100 MiB)
+FUZZ = settings(
+    max_examples=50,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _batch(values: list[bytes]) -> bytes:
+    return bb.build_batch([bb.Rec(v) for v in values], base_timestamp=_now_ms())
+
+
+@pytest.fixture
+def broker(eddy) -> Any:  # type: ignore[no-untyped-def]
+    """A broker holding a topic `keep` with known data, and an empty topic `fuzzed`."""
+    create_topic(eddy.bootstrap, "keep", 2)
+    create_topic(eddy.bootstrap, "fuzzed", 1)
+    produce(eddy.bootstrap, "keep", [f"keep-{i}".encode() for i in range(40)],
+            keys=[f"k{i}".encode() for i in range(40)])
+    eddy.keep = consume_all(eddy.bootstrap, "keep", 2)
+    assert sum(len(v) for v in eddy.keep.values()) == 40
+    return eddy
+
+
+def assert_healthy(eddy) -> None:  # type: ignore[no-untyped-def]
+    """Alive, answering, a real client can produce and consume, old data intact."""
+    assert eddy.alive(), eddy.logs()[-3000:]
+    assert api_versions_ok(eddy.port)
+    topic = f"health-{uuid.uuid4().hex[:8]}"
+    create_topic(eddy.bootstrap, topic, 1)
+    values = [f"h{i}".encode() for i in range(20)]
+    delivered = produce(eddy.bootstrap, topic, values, partition=0)
+    assert [o for _p, o, _v in delivered] == list(range(20))
+    got = consume_all(eddy.bootstrap, topic, 1)[0]
+    assert [v for _o, _k, v in got] == values
+    assert consume_all(eddy.bootstrap, "keep", 2) == eddy.keep
+
+
+def assert_framed(data: bytes) -> list[bytes]:
+    """Whatever the broker sent is a sequence of whole size-prefixed frames."""
+    frames = []
+    pos = 0
+    while pos < len(data):
+        assert len(data) - pos >= 4, "partial size prefix from the broker"
+        (n,) = struct.unpack_from(">i", data, pos)
+        assert 4 <= n <= len(data) - pos - 4, f"bad response frame size {n}"
+        frames.append(data[pos + 4 : pos + 4 + n])
+        pos += 4 + n
+    return frames
+
+
+def _quick_check(eddy) -> None:  # type: ignore[no-untyped-def]
+    assert eddy.alive(), eddy.logs()[-3000:]
+    assert api_versions_ok(eddy.port)
+
+
+# ---- random and malformed frames -----------------------------------------------------------
+
+
+def test_random_byte_frames(broker) -> None:  # type: ignore[no-untyped-def]
+    @FUZZ
+    @given(payload=st.binary(max_size=400))
+    def one(payload: bytes) -> None:
+        received, closed = send_then_eof(broker.port, struct.pack(">i", len(payload)) + payload)
+        assert closed, "the broker did not close a connection the client half-closed"
+        assert_framed(received)
+        _quick_check(broker)
+
+    one()
+    assert_healthy(broker)
+
+
+def test_random_bytes_without_framing(broker) -> None:  # type: ignore[no-untyped-def]
+    @FUZZ
+    @given(data=st.binary(min_size=1, max_size=400))
+    def one(data: bytes) -> None:
+        received, closed = send_then_eof(broker.port, data)
+        assert closed
+        assert_framed(received)
+        _quick_check(broker)
+
+    one()
+    assert_healthy(broker)
+
+
+def _valid_frames() -> dict[str, bytes]:
+    return {
+        "api_versions_v0": bb.api_versions_request(1),
+        "api_versions_v3": bb.api_versions_request_v3(2),
+        "metadata_v4": bb.metadata_request(3, ["keep"]),
+        "metadata_v12": bb.metadata_request_v12(4, ["keep"]),
+        "produce_v3": bb.produce_request(5, "fuzzed", 0, _batch([b"t1", b"t2"])),
+        "produce_v9": bb.produce_request_v9(6, "fuzzed", 0, _batch([b"t3"])),
+    }
+
+
+def test_truncated_frames_get_no_answer(broker) -> None:  # type: ignore[no-untyped-def]
+    for name, frame in _valid_frames().items():
+        # the size prefix promises more than arrives before EOF
+        for cut in sorted({1, 2, 3, 4, 5, 8, 12, len(frame) // 2, len(frame) - 1}):
+            received, closed = send_then_eof(broker.port, frame[:cut])
+            assert closed, (name, cut)
+            assert received == b"", f"{name} cut at {cut} was answered"
+        # a consistent size prefix around a truncated request body
+        payload = frame[4:]
+        for keep in sorted({0, 3, 8, 10, len(payload) // 2, len(payload) - 1}):
+            body = payload[:keep]
+            received, closed = send_then_eof(broker.port, struct.pack(">i", len(body)) + body)
+            assert closed, (name, keep)
+            assert_framed(received)
+        _quick_check(broker)
+    assert_healthy(broker)
+    # none of the truncated produce requests wrote anything
+    assert consume_all(broker.bootstrap, "fuzzed", 1)[0] == []
+
+
+def test_partial_frame_does_not_block_others_and_completes(broker) -> None:  # type: ignore[no-untyped-def]
+    frame = bb.metadata_request(77, ["keep"])
+    s = connect(broker.port)
+    try:
+        s.sendall(frame[:2])
+        assert_healthy(broker)  # other connections are served meanwhile
+        s.sendall(frame[2:9])
+        _quick_check(broker)
+        for i in range(9, len(frame)):  # the rest one byte at a time
+            s.sendall(frame[i : i + 1])
+        resp = read_response(s)
+        assert resp is not None and resp[0] == 77
+        # the same connection keeps working
+        s.sendall(bb.api_versions_request(78))
+        resp = read_response(s)
+        assert resp is not None and resp[0] == 78
+        assert parse_api_versions_v0(resp[1])[0] == 0
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("size", [MAX_REQUEST + 1, 2**31 - 1, 200 * 1024 * 1024])
+def test_frame_above_socket_request_max_bytes_closes_connection(broker, size: int) -> None:  # type: ignore[no-untyped-def]
+    s = connect(broker.port)
+    try:
+        s.sendall(struct.pack(">i", size) + b"\x00\x03\x00\x04\x00\x00\x00\x01")
+        received, closed = wait_closed_by_broker(s)
+    finally:
+        s.close()
+    assert closed, "the broker kept reading a frame above socket.request.max.bytes"
+    assert received == b""
+    assert_healthy(broker)
+
+
+def test_configured_socket_request_max_bytes(eddy_factory) -> None:  # type: ignore[no-untyped-def]
+    eddy = eddy_factory("--set", "socket.request.max.bytes=4096")
+    create_topic(eddy.bootstrap, "small", 1)
+    ok = bb.produce_request(1, "small", 0, _batch([b"x" * 3000]))
+    assert len(ok) <= 4096 + 4
+    s = connect(eddy.port)
+    try:
+        s.sendall(ok)
+        resp = read_response(s)
+        assert resp is not None and resp[0] == 1
+        too_big = bb.produce_request(2, "small", 0, _batch([b"y" * 5000]))
+        s.sendall(too_big[:64])  # the size prefix alone must be enough to refuse it
+        received, closed = wait_closed_by_broker(s)
+        assert closed and received == b""
+    finally:
+        s.close()
+    assert eddy.alive()
+    got = consume_all(eddy.bootstrap, "small", 1)[0]
+    assert [v for _o, _k, v in got] == [b"x" * 3000]
+
+
+@pytest.mark.parametrize("size", [-1, -2, -(2**31), -100_000])
+def test_negative_size_closes_connection(broker, size: int) -> None:  # type: ignore[no-untyped-def]
+    s = connect(broker.port)
+    try:
+        s.sendall(struct.pack(">i", size) + b"\x00\x12\x00\x00\x00\x00\x00\x01\xff\xff")
+        received, closed = wait_closed_by_broker(s)
+    finally:
+        s.close()
+    assert closed and received == b""
+    assert_healthy(broker)
+
+
+@pytest.mark.parametrize("api_key", [9999, 32767, -1, -32768, 500])
+def test_unknown_api_key_closes_connection(broker, api_key: int) -> None:  # type: ignore[no-untyped-def]
+    frame = bb.request(api_key, 0, 11, b"\x00\x00\x00\x00")
+    s = connect(broker.port)
+    try:
+        s.sendall(frame)
+        received, closed = wait_closed_by_broker(s)
+    finally:
+        s.close()
+    assert closed, "a request with an unknown API key must close the connection"
+    assert received == b""
+    assert_healthy(broker)
+
+
+@pytest.mark.parametrize(("api_key", "version"), [(3, 99), (0, 99), (0, 2), (1, 32767)])
+def test_unsupported_version_of_a_known_api_closes_connection(broker, api_key: int,  # type: ignore[no-untyped-def]
+                                                              version: int) -> None:
+    s = connect(broker.port)
+    try:
+        s.sendall(bb.request(api_key, version, 12, b"\x00\x00\x00\x00"))
+        received, closed = wait_closed_by_broker(s)
+    finally:
+        s.close()
+    assert closed and received == b""
+    _quick_check(broker)
+
+
+# ---- ApiVersions and acks=0 ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [4, 99, 32767])
+def test_api_versions_too_new_gets_v0_unsupported_version(broker, version: int) -> None:  # type: ignore[no-untyped-def]
+    s = connect(broker.port)
+    try:
+        s.sendall(bb.api_versions_request_v3(321, version=version))
+        resp = read_response(s)
+        assert resp is not None, "connection closed instead of an ApiVersions answer"
+        corr, body = resp
+        assert corr == 321
+        # response header v0 (no tagged fields) and a v0 body: error_code, api_keys
+        code, keys = parse_api_versions_v0(body)
+        assert code == 35  # UNSUPPORTED_VERSION
+        assert keys, "the supported ranges must be listed so the client can retry lower"
+        assert 18 in keys and keys[18][0] == 0 and keys[18][1] >= 3
+        assert 0 in keys and 1 in keys and 3 in keys  # Produce, Fetch, Metadata
+        assert all(lo <= hi for lo, hi in keys.values())
+        # the client retries on the same connection with a version it now knows
+        s.sendall(bb.api_versions_request_v3(322, version=keys[18][1]))
+        resp = read_response(s)
+        assert resp is not None and resp[0] == 322
+        assert struct.unpack_from(">h", resp[1], 0)[0] == 0
+    finally:
+        s.close()
+    _quick_check(broker)
+
+
+def test_produce_acks_0_gets_no_response(broker) -> None:  # type: ignore[no-untyped-def]
+    create_topic(broker.bootstrap, "acks0", 1)
+    s = connect(broker.port)
+    try:
+        s.sendall(bb.produce_request(7, "acks0", 0, _batch([b"a", b"b"]), acks=0))
+        s.sendall(bb.produce_request_v9(8, "acks0", 0, _batch([b"c"]), acks=0))
+        s.sendall(bb.api_versions_request(9))
+        resp = read_response(s)
+        assert resp is not None
+        assert resp[0] == 9, f"got a response for correlation id {resp[0]}"
+        # acks=1 on the same connection is answered, in order
+        s.sendall(bb.produce_request(10, "acks0", 0, _batch([b"d"]), acks=1))
+        s.sendall(bb.api_versions_request(11))
+        first, second = read_response(s), read_response(s)
+        assert first is not None and first[0] == 10
+        assert second is not None and second[0] == 11
+    finally:
+        s.close()
+    got = consume_all(broker.bootstrap, "acks0", 1)[0]
+    assert [(o, v) for o, _k, v in got] == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
+
+
+def test_produce_acks_0_with_bad_batch_never_answers(broker) -> None:  # type: ignore[no-untyped-def]
+    bad = bytearray(_batch([b"zzz"]))
+    bad[-1] ^= 0xFF  # CRC mismatch
+    s = connect(broker.port)
+    try:
+        s.sendall(bb.produce_request(20, "fuzzed", 0, bytes(bad), acks=0))
+        s.sendall(bb.api_versions_request(21))
+        resp = read_response(s)
+        # Kafka closes the connection after a failed acks=0 produce; either way there is
+        # never a Produce response
+        assert resp is None or resp[0] == 21
+    finally:
+        s.close()
+    assert consume_all(broker.bootstrap, "fuzzed", 1)[0] == []
+    _quick_check(broker)
+
+
+# ---- mutations of valid requests -----------------------------------------------------------
+
+_ops = st.lists(
+    st.tuples(st.sampled_from(["flip", "insert", "delete", "set"]),
+              st.integers(0, 1 << 16), st.integers(0, 255)),
+    min_size=1, max_size=4,
+)
+
+
+def _mutate(data: bytes, ops: list[tuple[str, int, int]]) -> bytes:
+    b = bytearray(data)
+    for op, pos, val in ops:
+        if op == "insert":
+            b.insert(pos % (len(b) + 1), val)
+        elif not b:
+            continue
+        elif op == "flip":
+            b[pos % len(b)] ^= val or 0x80
+        elif op == "set":
+            b[pos % len(b)] = val
+        else:
+            del b[pos % len(b)]
+    return bytes(b)
+
+
+def _fuzz_mutations(broker, bases: list[bytes]) -> None:  # type: ignore[no-untyped-def]
+    @FUZZ
+    @given(which=st.integers(0, len(bases) - 1), ops=_ops, reframe=st.booleans())
+    def one(which: int, ops: list[tuple[str, int, int]], reframe: bool) -> None:
+        frame = bases[which]
+        if reframe:  # mutate the request, keep a consistent size prefix
+            body = _mutate(frame[4:], ops)
+            data = struct.pack(">i", len(body)) + body
+        else:  # mutate the bytes on the wire, size prefix included
+            data = _mutate(frame, ops)
+        received, closed = send_then_eof(broker.port, data)
+        assert closed
+        assert_framed(received)
+        _quick_check(broker)
+
+    one()
+
+
+def test_mutated_metadata_requests(broker) -> None:  # type: ignore[no-untyped-def]
+    _fuzz_mutations(broker, [
+        bb.metadata_request(31, ["keep", "fuzzed"]),
+        bb.metadata_request(32, None),
+        bb.metadata_request_v12(33, ["keep"]),
+    ])
+    assert_healthy(broker)
+
+
+def test_mutated_produce_requests(broker) -> None:  # type: ignore[no-untyped-def]
+    _fuzz_mutations(broker, [
+        bb.produce_request(41, "fuzzed", 0, _batch([b"m1", b"m2", b"m3"])),
+        bb.produce_request_v9(42, "fuzzed", 0, _batch([b"m4"])),
+        bb.produce_request(43, "fuzzed", 0, _batch([b"m5"]), acks=1),
+    ])
+    assert_healthy(broker)
+    # whatever the fuzzing appended to `fuzzed` is whole, valid batches
+    got = consume_all(broker.bootstrap, "fuzzed", 1)[0]
+    assert [o for o, _k, _v in got] == list(range(len(got)))
+    assert all(v is not None and v.startswith(b"m") for _o, _k, v in got)
+
+
+def test_connection_survives_error_responses(broker) -> None:  # type: ignore[no-untyped-def]
+    """Request-level errors get an error code on a connection that stays open."""
+    bad = bytearray(_batch([b"q"]))
+    bad[-1] ^= 1
+    s = connect(broker.port)
+    try:
+        s.sendall(bb.produce_request(51, "fuzzed", 0, bytes(bad)))  # CORRUPT_MESSAGE
+        s.sendall(bb.produce_request(52, "no-such-topic", 0, _batch([b"q"])))
+        s.sendall(bb.produce_request(53, "fuzzed", 9, _batch([b"q"])))  # no partition 9
+        s.sendall(bb.api_versions_request(54))
+        for corr in (51, 52, 53, 54):
+            resp = read_response(s)
+            assert resp is not None and resp[0] == corr
+    finally:
+        s.close()
+    assert consume_all(broker.bootstrap, "fuzzed", 1)[0] == []
+    _quick_check(broker)
+
+
+def test_many_garbage_connections_at_once(broker) -> None:  # type: ignore[no-untyped-def]
+    socks = []
+    try:
+        for i in range(50):
+            s = connect(broker.port)
+            s.sendall(struct.pack(">i", 1000) + bytes([i]) * 10)  # stalls mid-frame
+            socks.append(s)
+        assert_healthy(broker)
+        for s in socks:
+            s.shutdown(socket.SHUT_WR)
+        for s in socks:
+            received, closed = wait_closed_by_broker(s)
+            assert closed and received == b""
+    finally:
+        for s in socks:
+            s.close()
+    _quick_check(broker)
+
+
+# ---- unknown tagged fields (KIP-482: a receiver skips tags it does not know) ---------------
+
+_UNKNOWN_TAGS = bb.uvarint(2) + bb.uvarint(90) + bb.uvarint(3) + b"abc" + bb.uvarint(
+    1000) + bb.uvarint(0)
+
+
+def _flex(api_key: int, version: int, corr: int, body: bytes, header_tags: bytes) -> bytes:
+    payload = struct.pack(">hhi", api_key, version, corr) + struct.pack(">h", 4) + b"test"
+    payload += header_tags + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+@pytest.mark.parametrize("where", ["header", "body"])
+@pytest.mark.parametrize("api", ["api_versions_v3", "metadata_v12"])
+def test_unknown_tagged_fields_are_ignored(broker, api: str, where: str) -> None:  # type: ignore[no-untyped-def]
+    """Flexible versions let a newer client add tagged fields; Kafka skips unknown tags
+    (readUnknownTaggedField) and answers the request as if they were absent."""
+    header_tags = _UNKNOWN_TAGS if where == "header" else bb.uvarint(0)
+    body_tags = _UNKNOWN_TAGS if where == "body" else bb.uvarint(0)
+    if api == "api_versions_v3":
+        frame = _flex(18, 3, 61, bb._cstr("eddy-test") + bb._cstr("1.0") + body_tags,
+                      header_tags)
+    else:  # all topics, no auto-creation, no authorized operations
+        frame = _flex(3, 12, 61, bb.uvarint(0) + b"\x00\x00" + body_tags, header_tags)
+    s = connect(broker.port)
+    try:
+        s.sendall(frame)
+        resp = read_response(s)
+    finally:
+        s.close()
+    assert resp is not None, "the broker closed the connection instead of answering"
+    assert resp[0] == 61
+    if api == "api_versions_v3":
+        assert struct.unpack_from(">h", resp[1], 0)[0] == 0
+    _quick_check(broker)

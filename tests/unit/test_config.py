@@ -1,0 +1,61 @@
+"""Config layering and errors that name the source and the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eddy.config import ConfigError, load_config
+
+
+def test_defaults() -> None:
+    cfg = load_config(env={})
+    assert cfg.listen_address == ("127.0.0.1", 9092)
+    assert cfg.advertised_address == ("127.0.0.1", 9092)
+    assert cfg.data_dir == "./eddy-data"
+    assert cfg.num_partitions == 1
+    assert cfg.auto_create_topics_enable is True
+
+
+def test_layers_file_env_flags(tmp_path: Path) -> None:
+    f = tmp_path / "eddy.yaml"
+    f.write_text("num.partitions: 4\nlisten: 127.0.0.1:9000\nnode_id: 3\n")
+    cfg = load_config(str(f), env={"EDDY_NUM_PARTITIONS": "6"}, overrides={"node_id": 7})
+    assert cfg.num_partitions == 6  # env beats file
+    assert cfg.node_id == 7  # flags beat everything
+    assert cfg.listen_address == ("127.0.0.1", 9000)
+
+
+def test_wildcard_listen_advertises_loopback() -> None:
+    cfg = load_config(env={}, overrides={"listen": "0.0.0.0:9999"})
+    assert cfg.advertised_address == ("127.0.0.1", 9999)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        ({"num.partitions": "0"}, "num_partitions"),
+        ({"listen": "nope"}, "listen"),
+        ({"no.such.setting": "1"}, "no.such.setting"),
+        ({"log.message.timestamp.type": "Sometimes"}, "message.timestamp.type"),
+    ],
+)
+def test_bad_values_name_the_field(overrides: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(env={}, overrides=overrides).topic_defaults()
+    assert needle in str(exc.value)
+
+
+def test_bad_env_names_the_source() -> None:
+    with pytest.raises(ConfigError, match=r"environment.*num_partitions"):
+        load_config(env={"EDDY_NUM_PARTITIONS": "many"})
+
+
+def test_bad_file(tmp_path: Path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text("- just\n- a list\n")
+    with pytest.raises(ConfigError, match="bad.yaml"):
+        load_config(str(f), env={})
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(str(tmp_path / "missing.yaml"), env={})
