@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 # the RecordBatch builder/parser lives next to the unit tests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "unit"))
 
-import batch_builder  # noqa: E402
+import batch_builder
 
 __all__ = ["batch_builder"]
 

@@ -55,7 +55,7 @@ def test_bad_env_names_the_source() -> None:
 def test_bad_file(tmp_path: Path) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text("- just\n- a list\n")
-    with pytest.raises(ConfigError, match="bad.yaml"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml"):
         load_config(str(f), env={})
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(str(tmp_path / "missing.yaml"), env={})

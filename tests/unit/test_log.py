@@ -456,7 +456,7 @@ def test_corrupt_active_segment_of_a_multi_segment_log(tmp_path: Path) -> None:
     values = fill(plog, 20)
     plog.close()
     assert len(log_files(tmp_path)) > 2
-    f, pos, size, base = _last_batch(tmp_path)
+    f, pos, _size, base = _last_batch(tmp_path)
     os.truncate(f, pos + 5)
     plog = open_log(tmp_path, clean=False, segment_bytes="300")
     assert plog.log_end_offset == base

@@ -21,6 +21,7 @@ from eddy.protocol.codec import (
     peek_header,
     supported_version,
 )
+from eddy.protocol.errors import CloseConnection
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +40,6 @@ HANDLERS: dict[ApiKey, Handler] = {
 }
 
 _SIZE = struct.Struct(">i")
-
-
-class CloseConnection(Exception):
-    """This connection must be closed: the reason is logged, the broker carries on."""
 
 
 class KafkaServer:

@@ -180,7 +180,8 @@ class Segment:
         truncate at the first bad one. Returns False when a truncation happened."""
         healthy = True
         if not validate:
-            ok = self.index.load(self.size)
+            # an index with no entries for a segment with data was lost: rebuild it
+            ok = self.index.load(self.size) and (self.size == 0 or bool(self.index.positions))
             last_batch = self._last_batch_from(self.index.last_position if ok else 0)
             if not ok or (self.size and last_batch is None):
                 log.info("rebuilding index of %s", self.log_path)
@@ -188,7 +189,9 @@ class Segment:
             else:
                 if last_batch is not None:
                     self.next_offset = last_batch.last_offset + 1
-                if not self.time_index.load(self.next_offset - 1):
+                if not self.time_index.load(self.next_offset - 1) or (
+                    self.size and not self.time_index.timestamps
+                ):
                     self.time_index.reset()
                     self._rebuild_time_index()
                 else:

@@ -10,8 +10,6 @@ from functools import cache
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
-from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
-from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
@@ -19,6 +17,7 @@ from kio.serial import entity_reader, entity_writer
 from eddy.protocol.apis import SUPPORTED, ApiKey, is_flexible, response_header_version
 
 _PREFIX = struct.Struct(">hhi")
+_I16 = struct.Struct(">h")
 
 
 class MalformedRequest(Exception):
@@ -67,17 +66,52 @@ def _response_writer(api_key: ApiKey, version: int) -> Any:
     return entity_writer(load_response_schema(api_key, version))
 
 
-_header_v1_reader = entity_reader(RequestHeaderV1)
-_header_v2_reader = entity_reader(RequestHeaderV2)
 _resp_header_v0_writer = entity_writer(ResponseHeaderV0)
 _resp_header_v1_writer = entity_writer(ResponseHeaderV1)
 
 
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 28:
+            raise MalformedRequest("bad unsigned varint in request header")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _read_header(frame: bytes, flexible: bool) -> tuple[str | None, int]:
+    """client_id and the body's start. Unknown header tags are skipped (KIP-482)."""
+    pos = _PREFIX.size
+    if len(frame) < pos + 2:
+        raise MalformedRequest("request header truncated before client_id")
+    (n,) = _I16.unpack_from(frame, pos)
+    pos += 2
+    client_id = None
+    if n >= 0:
+        if len(frame) < pos + n:
+            raise MalformedRequest("request header truncated inside client_id")
+        client_id = frame[pos : pos + n].decode("utf-8", "replace")
+        pos += n
+    if flexible:
+        count, pos = _uvarint(frame, pos)
+        for _ in range(count):
+            _tag, pos = _uvarint(frame, pos)
+            size, pos = _uvarint(frame, pos)
+            pos += size
+        if pos > len(frame):
+            raise MalformedRequest("request header tagged fields run past the frame")
+    return client_id, pos
+
+
 def decode_request(frame: bytes, api_key: ApiKey, version: int) -> Request:
     """Decode a request of a supported API and version (checked by the caller)."""
-    header_reader = _header_v2_reader if is_flexible(api_key, version) else _header_v1_reader
+    raw = peek_header(frame)
+    client_id, used = _read_header(frame, is_flexible(api_key, version))
     try:
-        header, used = header_reader(frame, 0)
         body, body_len = _request_reader(api_key, version)(frame, used)
     except Exception as exc:  # kio raises a variety of errors on truncated/garbage input
         raise MalformedRequest(
@@ -87,10 +121,9 @@ def decode_request(frame: bytes, api_key: ApiKey, version: int) -> Request:
         raise MalformedRequest(
             f"{api_key.name} v{version}: {len(frame) - used - body_len} trailing bytes"
         )
-    return Request(api_key, version, header.correlation_id, header.client_id, body)
+    return Request(api_key, version, raw.correlation_id, client_id, body)
 
 
-@cache
 def response_class(api_key: ApiKey, version: int) -> Any:
     return load_response_schema(api_key, version)
 

@@ -2,7 +2,7 @@
 
 from kio.schema.errors import ErrorCode
 
-__all__ = ["ErrorCode", "KafkaError"]
+__all__ = ["CloseConnection", "ErrorCode", "KafkaError"]
 
 
 class KafkaError(Exception):
@@ -12,3 +12,7 @@ class KafkaError(Exception):
         super().__init__(message or code.name)
         self.code = code
         self.message = message or code.name
+
+
+class CloseConnection(Exception):
+    """This connection must be closed: the reason is logged, the broker carries on."""

@@ -121,8 +121,9 @@ def validate_batches(
             raise KafkaError(ErrorCode.corrupt_message, "truncated batch header")
         magic = view[pos + 16]
         if magic != 2:
+            # Produce v3+ may only carry magic 2 (Kafka: ProduceRequest.validateRecords)
             raise KafkaError(
-                ErrorCode.unsupported_for_message_format,
+                ErrorCode.invalid_record,
                 f"record batch magic {magic} is not supported; only magic 2",
             )
         if total - pos < HEADER_SIZE:

@@ -10,7 +10,7 @@ from eddy.broker.broker import Broker
 from eddy.log.partition import PartitionLog
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
-from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.protocol.errors import CloseConnection, ErrorCode, KafkaError
 from eddy.protocol.record_batch import validate_batches
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,11 @@ async def handle(broker: Broker, req: Request) -> Any:
     for plog in to_flush:
         await broker.flusher.flush(plog)
     if acks == 0:
+        failed = [f"{name}-{p[0]}: {p[1].name}" for name, parts in results for p in parts
+                  if p[1] != ErrorCode.none]
+        if failed:
+            # no response to carry the errors: Kafka closes the connection instead
+            raise CloseConnection(f"acks=0 produce failed: {', '.join(failed)}")
         return None
     mod = response_module(ApiKey.PRODUCE, version)
     return build(
