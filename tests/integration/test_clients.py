@@ -16,7 +16,7 @@ import asyncio
 import json
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -31,6 +31,26 @@ CLIENTS = ["confluent", "kafka-python", "aiokafka"]
 Record = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]
 # what a consumer saw: (partition, offset, key, value, headers)
 Seen = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes]]]
+
+
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One broker for the whole module (every test uses its own topics): starting a
+    broker per test would cost more than the tests themselves."""
+    from conftest import EddyProcess
+
+    proc = EddyProcess(tmp_path_factory.mktemp("clients") / "data")
+    proc.start()
+    yield proc
+    proc.kill()
+
+
+@pytest.fixture
+def broker(shared_broker: Any) -> Any:
+    if not shared_broker.alive():  # an earlier test took it down; that test has failed
+        shared_broker.proc = None
+        shared_broker.start()
+    return shared_broker
 
 
 def make_records(tag: str) -> list[Record]:
@@ -79,9 +99,21 @@ def produce_confluent(bootstrap: str, topic: str, records: list[Record], compres
     return [reports[i] for i in range(len(records))]
 
 
+def need_kafka_python_codecs() -> None:
+    """kafka-python compresses and decompresses with optional packages of its own."""
+    import kafka.codec
+
+    missing = [pkg for pkg, ok in (("python-snappy", kafka.codec.has_snappy()),
+                                   ("lz4", kafka.codec.has_lz4()),
+                                   ("zstandard", kafka.codec.has_zstd())) if not ok]
+    assert not missing, f"kafka-python needs {', '.join(missing)} installed (test extra)"
+
+
 def produce_kafka_python(bootstrap: str, topic: str, records: list[Record], compression: str
                          ) -> list[tuple[int, int]]:
     from kafka import KafkaProducer
+
+    need_kafka_python_codecs()
 
     p = KafkaProducer(bootstrap_servers=bootstrap,
                       compression_type=None if compression == "none" else compression,
@@ -146,6 +178,8 @@ def consume_kafka_python(bootstrap: str, topic: str, count: int, partitions: int
                          timeout: float = 15.0) -> list[Seen]:
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KTP
+
+    need_kafka_python_codecs()
 
     c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                       auto_offset_reset="earliest", request_timeout_ms=10000)
@@ -217,12 +251,12 @@ def check_round_trip(records: list[Record], acks: list[tuple[int, int]], seen: l
 
 @pytest.mark.parametrize("compression", COMPRESSIONS)
 @pytest.mark.parametrize("client", CLIENTS)
-def test_same_client_round_trip(eddy, client: str, compression: str) -> None:  # type: ignore[no-untyped-def]
+def test_same_client_round_trip(broker, client: str, compression: str) -> None:  # type: ignore[no-untyped-def]
     topic = f"rt-{client}-{compression}"
-    create_topic(eddy.bootstrap, topic)
+    create_topic(broker.bootstrap, topic)
     records = make_records(f"{client}/{compression}")
-    acks = PRODUCERS[client](eddy.bootstrap, topic, records, compression)
-    seen = CONSUMERS[client](eddy.bootstrap, topic, len(records))
+    acks = PRODUCERS[client](broker.bootstrap, topic, records, compression)
+    seen = CONSUMERS[client](broker.bootstrap, topic, len(records))
     check_round_trip(records, acks, seen)
 
 
@@ -237,29 +271,29 @@ CROSS = [
 
 
 @pytest.mark.parametrize(("producer", "consumer", "compression"), CROSS)
-def test_cross_client(eddy, producer: str, consumer: str, compression: str) -> None:  # type: ignore[no-untyped-def]
+def test_cross_client(broker, producer: str, consumer: str, compression: str) -> None:  # type: ignore[no-untyped-def]
     topic = f"x-{producer}-{consumer}"
-    create_topic(eddy.bootstrap, topic)
+    create_topic(broker.bootstrap, topic)
     records = make_records(f"{producer}->{consumer}")
-    acks = PRODUCERS[producer](eddy.bootstrap, topic, records, compression)
-    seen = CONSUMERS[consumer](eddy.bootstrap, topic, len(records))
+    acks = PRODUCERS[producer](broker.bootstrap, topic, records, compression)
+    seen = CONSUMERS[consumer](broker.bootstrap, topic, len(records))
     check_round_trip(records, acks, seen)
 
 
-def test_two_producers_interleave_contiguously(eddy) -> None:  # type: ignore[no-untyped-def]
+def test_two_producers_interleave_contiguously(broker) -> None:  # type: ignore[no-untyped-def]
     """Batches from different libraries append to one partition with contiguous offsets."""
     topic = "interleave"
-    create_topic(eddy.bootstrap, topic, 1)
+    create_topic(broker.bootstrap, topic, 1)
     total = 0
     expected: list[bytes | None] = []
     for i, client in enumerate(["confluent", "kafka-python", "aiokafka", "confluent"]):
         recs: list[Record] = [(0, None, f"{client}-{i}-{j}".encode(), []) for j in range(3)]
-        acks = PRODUCERS[client](eddy.bootstrap, topic, recs, COMPRESSIONS[i % 5])
+        acks = PRODUCERS[client](broker.bootstrap, topic, recs, COMPRESSIONS[i % 5])
         assert [off for _, off in acks] == list(range(total, total + 3)), client
         total += 3
         expected += [r[2] for r in recs]
     for client in CLIENTS:
-        seen = CONSUMERS[client](eddy.bootstrap, topic, total, partitions=1)
+        seen = CONSUMERS[client](broker.bootstrap, topic, total, partitions=1)
         assert [s[1] for s in seen] == list(range(total)), client
         assert [s[3] for s in seen] == expected, client
 
@@ -274,16 +308,16 @@ def kcat(*args: str, stdin: str | None = None, timeout: float = 20) -> str:
     return res.stdout
 
 
-def test_kcat_lists_topic_and_partitions(eddy) -> None:  # type: ignore[no-untyped-def]
-    create_topic(eddy.bootstrap, "kcat-list")
-    text = kcat("-b", eddy.bootstrap, "-L")
+def test_kcat_lists_topic_and_partitions(broker) -> None:  # type: ignore[no-untyped-def]
+    create_topic(broker.bootstrap, "kcat-list")
+    text = kcat("-b", broker.bootstrap, "-L")
     assert 'topic "kcat-list" with 3 partitions:' in text
-    assert f"127.0.0.1:{eddy.port}" in text
+    assert f"127.0.0.1:{broker.port}" in text
     for p in range(PARTITIONS):
         assert f"partition {p}, leader " in text
 
-    meta = json.loads(kcat("-b", eddy.bootstrap, "-L", "-J"))
-    assert [b["name"] for b in meta["brokers"]] == [f"127.0.0.1:{eddy.port}"]
+    meta = json.loads(kcat("-b", broker.bootstrap, "-L", "-J"))
+    assert [b["name"] for b in meta["brokers"]] == [f"127.0.0.1:{broker.port}"]
     broker_id = meta["brokers"][0]["id"]
     (topic,) = [t for t in meta["topics"] if t["topic"] == "kcat-list"]
     assert "error" not in topic or not topic["error"]
@@ -294,9 +328,9 @@ def test_kcat_lists_topic_and_partitions(eddy) -> None:  # type: ignore[no-untyp
         assert [r["id"] for r in p["isrs"]] == [broker_id]
 
 
-def test_kcat_consumes_what_confluent_wrote(eddy) -> None:  # type: ignore[no-untyped-def]
+def test_kcat_consumes_what_confluent_wrote(broker) -> None:  # type: ignore[no-untyped-def]
     topic = "kcat-consume"
-    create_topic(eddy.bootstrap, topic)
+    create_topic(broker.bootstrap, topic)
     records: list[Record] = []
     for p in range(PARTITIONS):
         records += [
@@ -305,8 +339,8 @@ def test_kcat_consumes_what_confluent_wrote(eddy) -> None:  # type: ignore[no-un
             (p, f"k{p}c".encode(), None, []),
             (p, f"k{p}d".encode(), f"v{p}d".encode(), [("h", f"x{p}".encode())]),
         ]
-    produce_confluent(eddy.bootstrap, topic, records, "lz4")
-    out = kcat("-b", eddy.bootstrap, "-C", "-e", "-q", "-Z", "-t", topic,
+    produce_confluent(broker.bootstrap, topic, records, "lz4")
+    out = kcat("-b", broker.bootstrap, "-C", "-e", "-q", "-Z", "-t", topic,
                "-f", "%p|%o|%k|%s|%h\n")
     lines = [line.split("|") for line in out.splitlines() if line]
     assert len(lines) == len(records), out
@@ -321,14 +355,14 @@ def test_kcat_consumes_what_confluent_wrote(eddy) -> None:  # type: ignore[no-un
         assert got == want, f"partition {p}: {got}"
 
 
-def test_kcat_produces_what_confluent_reads(eddy) -> None:  # type: ignore[no-untyped-def]
+def test_kcat_produces_what_confluent_reads(broker) -> None:  # type: ignore[no-untyped-def]
     topic = "kcat-produce"
-    create_topic(eddy.bootstrap, topic)
+    create_topic(broker.bootstrap, topic)
     lines = [f"key{i}:value {i}" for i in range(5)]
-    kcat("-b", eddy.bootstrap, "-P", "-t", topic, "-p", "1", "-K", ":", "-z", "snappy",
+    kcat("-b", broker.bootstrap, "-P", "-t", topic, "-p", "1", "-K", ":", "-z", "snappy",
          "-H", "origin=kcat", stdin="\n".join(lines) + "\n")
-    kcat("-b", eddy.bootstrap, "-P", "-t", topic, "-p", "2", stdin="plain line\n")
-    seen = consume_confluent(eddy.bootstrap, topic, 6)
+    kcat("-b", broker.bootstrap, "-P", "-t", topic, "-p", "2", stdin="plain line\n")
+    seen = consume_confluent(broker.bootstrap, topic, 6)
     by_part: dict[int, list[Seen]] = {}
     for s in seen:
         by_part.setdefault(s[0], []).append(s)

@@ -112,15 +112,13 @@ def decode_request(frame: bytes, api_key: ApiKey, version: int) -> Request:
     raw = peek_header(frame)
     client_id, used = _read_header(frame, is_flexible(api_key, version))
     try:
-        body, body_len = _request_reader(api_key, version)(frame, used)
+        body, _ = _request_reader(api_key, version)(frame, used)
     except Exception as exc:  # kio raises a variety of errors on truncated/garbage input
         raise MalformedRequest(
             f"cannot decode {api_key.name} v{version}: {type(exc).__name__}: {exc}"
         ) from exc
-    if used + body_len != len(frame):
-        raise MalformedRequest(
-            f"{api_key.name} v{version}: {len(frame) - used - body_len} trailing bytes"
-        )
+    # Bytes after the body are ignored, as Kafka does: librdkafka 2.x sends a 4-byte
+    # null where Metadata v12 has a 1-byte one (its issue #5049).
     return Request(api_key, version, raw.correlation_id, client_id, body)
 
 

@@ -55,28 +55,28 @@ def _resolve(broker: Broker, body: Any, version: int) -> list[list[_Wanted]]:
 
 def _read_all(
     topics: list[list[_Wanted]], max_bytes: int, read_committed: bool
-) -> tuple[list[list[tuple[_Wanted, ErrorCode, FetchSlice | bytes | None]]], int]:
+) -> tuple[list[list[tuple[_Wanted, ErrorCode, FetchSlice | bytes]]], int]:
     budget = max_bytes
     total = 0
     first = True
-    out: list[list[tuple[_Wanted, ErrorCode, FetchSlice | bytes | None]]] = []
+    out: list[list[tuple[_Wanted, ErrorCode, FetchSlice | bytes]]] = []
     for row in topics:
-        res_row: list[tuple[_Wanted, ErrorCode, FetchSlice | bytes | None]] = []
+        res_row: list[tuple[_Wanted, ErrorCode, FetchSlice | bytes]] = []
         for w in row:
             plog = w.plog
             if w.error != ErrorCode.none or plog is None:
-                res_row.append((w, w.error, None))
+                res_row.append((w, w.error, b""))
                 continue
             if w.leader_epoch >= 0 and w.leader_epoch != plog.leader_epoch:
                 code = (ErrorCode.fenced_leader_epoch if w.leader_epoch < plog.leader_epoch
                         else ErrorCode.unknown_leader_epoch)
-                res_row.append((w, code, None))
+                res_row.append((w, code, b""))
                 continue
             limit = plog.high_watermark  # one replica: LSO = HWM until transactions land
             try:
                 sl = plog.read(w.offset, min(w.max_bytes, budget), limit, min_one=first)
             except KafkaError as exc:
-                res_row.append((w, exc.code, None))
+                res_row.append((w, exc.code, b""))
                 continue
             data: FetchSlice | bytes = sl if sl is not None else b""
             if len(data):
@@ -95,7 +95,9 @@ async def handle(broker: Broker, req: Request) -> Any:
     topics = _resolve(broker, body, version)
     results, total = _read_all(topics, body.max_bytes, read_committed)
     wait_s = body.max_wait.total_seconds()
-    if total < body.min_bytes and wait_s > 0:
+    # Kafka answers at once when any partition failed (errorReadingData)
+    failed = any(code != ErrorCode.none for row in results for _, code, _ in row)
+    if total < body.min_bytes and wait_s > 0 and not failed:
         keys = [(w.plog.topic, w.plog.partition) for row in topics for w in row if w.plog]
         deadline = broker.clock.now_ms() + wait_s * 1000
         # each wake-up re-reads; bounded by the deadline and by a round count
