@@ -112,10 +112,14 @@ def connect(port: int, timeout: float = 10.0) -> socket.socket:
 
 
 def recv_exact(s: socket.socket, n: int) -> bytes | None:
-    """n bytes, or None when the peer closes first."""
+    """n bytes, or None when the peer closes first (a reset counts as a close: a peer
+    closing with our unread request in its buffer sends RST)."""
     buf = bytearray()
     while len(buf) < n:
-        chunk = s.recv(n - len(buf))
+        try:
+            chunk = s.recv(n - len(buf))
+        except ConnectionResetError:
+            return None
         if not chunk:
             return None
         buf += chunk
