@@ -85,11 +85,11 @@ class BrokerProcess:
     storage = ""
     ready_line_required = True
 
-    def __init__(self) -> None:
+    def __init__(self, root: str | None = None) -> None:
         self.proc: subprocess.Popen[str] | None = None
         self.host = "127.0.0.1"
         self.port = 0
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"{self.name}-bench-"))
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"{self.name}-bench-", dir=root))
         self.log_path = self.workdir / "broker.log"
         self.ready_line_s: float | None = None
         self.first_metadata_s: float | None = None
@@ -189,8 +189,8 @@ class EddyBroker(BrokerProcess):
     name = "eddy"
     storage = "segment files on local disk (default flush policy)"
 
-    def __init__(self, extra_args: list[str] | None = None) -> None:
-        super().__init__()
+    def __init__(self, extra_args: list[str] | None = None, root: str | None = None) -> None:
+        super().__init__(root)
         self.extra_args = list(extra_args or [])
         self.data_dir = self.workdir / "data"
 

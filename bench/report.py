@@ -87,6 +87,11 @@ def cell(res: dict[str, Any] | None, row: Row) -> str:
         v = _get(res, path)
         if isinstance(v, int | float):
             s = row.fmt.format(v)
+            samples = _get(res, path.rsplit(".", 1)[0] + ".samples_mib_s")
+            if path.endswith(".mib_s") and isinstance(samples, list):
+                nums = [x for x in samples if isinstance(x, int | float)]
+                if len(nums) > 1:
+                    s += f" [{min(nums):.0f}-{max(nums):.0f}]"
             if _phase_error(res, path):
                 s += " (!)"
             parts.append(s)
@@ -101,14 +106,16 @@ def verdict(res: dict[str, Any] | None, row: Row) -> str:
     if row.meets is None or res is None:
         return ""
     v = _get(res, row.path)
-    if not isinstance(v, int | float) or _phase_error(res, row.path):
+    if _phase_error(res, row.path):
         return "FAIL"
+    if not isinstance(v, int | float):
+        return "FAIL" if res.get("errors") else "-"
     return "PASS" if row.meets(v) else "FAIL"
 
 
 def table_rows(results: dict[str, dict[str, Any] | None]) -> tuple[list[str], list[list[str]]]:
     brokers = list(results)
-    header = ["metric", *brokers, "target", "eddy"]
+    header = ["metric", *brokers, "target", "eddy vs target"]
     rows = []
     for row in ROWS:
         rows.append([row.label, *(cell(results[b], row) for b in brokers), row.target,

@@ -7,6 +7,7 @@ import gc
 import multiprocessing as mp
 import queue as queue_mod
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -23,14 +24,15 @@ from bench.procstat import cpu_seconds, peak_rss_bytes, rss_bytes
 MIB = 1024 * 1024
 NS = 1_000_000_000
 
-#: (phase key, record size, acks); the acks=1 topics are read back by the consume phases.
-PRODUCE_PHASES = [
-    ("1k_acks1", 1024, "1"),
-    ("1k_acksall", 1024, "all"),
-    ("100b_acks1", 100, "1"),
-    ("100b_acksall", 100, "all"),
+#: Run in this order: (produce phase key, record size, acks, consume phase key or None).
+#: A consume phase reads back the topic its produce phase just wrote; every topic is deleted
+#: once done with, so page-cache writeback (eddy) and memory (tansu) do not pile up.
+PHASES = [
+    ("1k_acks1", 1024, "1", "1k"),
+    ("1k_acksall", 1024, "all", None),
+    ("100b_acks1", 100, "1", "100b"),
+    ("100b_acksall", 100, "all", None),
 ]
-CONSUME_PHASES = [("1k", "1k_acks1"), ("100b", "100b_acks1")]
 
 
 @dataclass
@@ -39,14 +41,17 @@ class Options:
     seconds: float = 5.0
     partitions: int = 4
     producers: int = 1
-    consumers: int = 1
+    consumers: int = 2
     linger_ms: float = 5.0
     latency_seconds: float = 5.0
     latency_warmup: float = 0.5
     latency_rate_mib: float = 20.0
     latency_linger_ms: float = 1.0
     latency_acks: str = "1"
+    latency_fetch_wait_ms: int = 100
     idle_settle: float = 1.0
+    repeat: int = 1
+    keep_topics: bool = False
     profile_dir: Path | None = None
     phases: set[str] = field(default_factory=lambda: {"produce", "consume", "latency"})
 
@@ -70,12 +75,15 @@ class Profiler:
         out = opts.profile_dir / f"{broker.name}-{phase}.txt"
         self.proc = subprocess.Popen(
             [exe, "record", "--pid", str(broker.pid), "-d", str(max(1, round(seconds))),
-             "-f", "raw", "-r", "250", "-o", str(out)],
+             "-f", "raw", "-r", "100", "-o", str(out)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
 
     def finish(self) -> None:
+        """Stop sampling at the end of the phase (py-spy writes its output on SIGINT)."""
         if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
@@ -137,6 +145,16 @@ class Session:
         fs[name].result(30)
         return name
 
+    def delete_topic(self, topic: str) -> None:
+        """Best effort: a broker that cannot delete topics just keeps the data."""
+        if self.opts.keep_topics:
+            return
+        try:
+            fs = self.admin.delete_topics([topic], operation_timeout=20, request_timeout=20)
+            fs[topic].result(30)
+        except Exception as exc:
+            say(f"{self.broker.name}: could not delete {topic}: {exc}")
+
     def _window(self) -> tuple[float | None, int]:
         return cpu_seconds(self.broker.pid), time.monotonic_ns()
 
@@ -162,7 +180,7 @@ class Session:
         except threading.BrokenBarrierError:
             return {"error": _errors(_collect(q, n, 5, procs)) or "producers never started",
                     "topic": topic}
-        prof = Profiler(o, self.broker, f"produce-{phase}", o.seconds)
+        prof = Profiler(o, self.broker, f"produce-{phase}", o.seconds + 60)
         cpu0, w0 = self._window()
         results = _collect(q, n, o.seconds + 120, procs)
         cpu1, w1 = self._window()
@@ -227,7 +245,7 @@ class Session:
             barrier.wait(timeout=90)
         except threading.BrokenBarrierError:
             return {"error": _errors(_collect(q, n, 5, procs)) or "consumers never started"}
-        prof = Profiler(o, self.broker, f"consume-{phase}", min(o.seconds, 5))
+        prof = Profiler(o, self.broker, f"consume-{phase}", timeout)
         cpu0, w0 = self._window()
         results = _collect(q, n, timeout + 60, procs)
         cpu1, w1 = self._window()
@@ -265,7 +283,8 @@ class Session:
         size = 1024
         base = {"bootstrap": self.broker.bootstrap, "topic": topic, "partitions": o.partitions,
                 "seconds": o.latency_seconds}
-        cparams = {**base, "warmup": o.latency_warmup}
+        cparams = {**base, "warmup": o.latency_warmup,
+                   "fetch_wait_max_ms": o.latency_fetch_wait_ms}
         pparams = {**base, "size": size, "acks": o.latency_acks,
                    "linger_ms": o.latency_linger_ms, "rate_bytes": o.latency_rate_mib * MIB}
         procs = [
@@ -276,9 +295,12 @@ class Session:
         ]
         for p in procs:
             p.start()
+        ready.wait(60)
+        prof = Profiler(o, self.broker, "latency", o.latency_seconds)
         cpu0, w0 = self._window()
         results = _collect(q, 2, o.latency_seconds + 150, procs)
         cpu1, w1 = self._window()
+        prof.finish()
         err = _errors(results)
         if err:
             return {"error": err}
@@ -289,6 +311,7 @@ class Session:
         out = {
             "topic": topic, "size": size, "target_mib_s": o.latency_rate_mib,
             "linger_ms": o.latency_linger_ms, "acks": o.latency_acks,
+            "fetch_wait_max_ms": o.latency_fetch_wait_ms,
             "sent": prod["sent"], "received": cons["received"], "failed": prod["failed"],
             "achieved_mib_s": prod["sent"] * size / MIB / secs if secs > 0 else 0.0,
             "seconds": secs, "warmup_s": o.latency_warmup, "buffer_full": prod["buffer_full"],
@@ -337,32 +360,12 @@ def run_broker(broker: BrokerProcess, opts: Options) -> dict[str, Any]:
             f"{res['startup']['first_metadata_ms']:.0f} ms, idle RSS "
             f"{res['rss']['idle_mib'] or 0:.1f} MiB")
         session = Session(broker, opts)
-        topics: dict[str, tuple[str, int]] = {}
-        if "produce" in opts.phases or "consume" in opts.phases:
-            for phase, size, acks in PRODUCE_PHASES:
-                if "produce" not in opts.phases and not any(
-                        src == phase for _, src in CONSUME_PHASES):
-                    continue
-                r = _phase(res, f"produce {phase}", lambda p=phase, s=size, a=acks:
-                           session.produce(p, s, a))
-                res["produce"][phase] = r
-                if "topic" in r and r.get("acked"):
-                    topics[phase] = (r["topic"], r["acked"])
-                _report(broker.name, f"produce {phase}", r)
-                if not broker.alive():
-                    raise RuntimeError(f"{broker.name} died: {broker.log_tail()}")
-        if "consume" in opts.phases:
-            for phase, src in CONSUME_PHASES:
-                if src not in topics:
-                    res["consume"][phase] = {"error": f"no data: produce {src} failed"}
-                    continue
-                r = _phase(res, f"consume {phase}", lambda p=phase, t=topics[src]:
-                           session.consume(p, *t))
-                res["consume"][phase] = r
-                _report(broker.name, f"consume {phase}", r)
+        _throughput_phases(res, broker, session, opts)
         if "latency" in opts.phases:
             r = _phase(res, "latency", session.latency)
             res["latency"] = r
+            if "topic" in r:
+                session.delete_topic(r["topic"])
             if "p99_ms" in r:
                 say(f"{broker.name}: latency p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms "
                     f"max {r['max_ms']:.2f} ms at {r['achieved_mib_s']:.1f} MiB/s")
@@ -390,6 +393,44 @@ def run_broker(broker: BrokerProcess, opts: Options) -> dict[str, Any]:
         if res["errors"]:
             res["log"] = str(broker.log_path)
     return res
+
+
+def _throughput_phases(res: dict[str, Any], broker: BrokerProcess, session: Session,
+                       opts: Options) -> None:
+    """Every produce (and read-back consume) phase, `opts.repeat` times; the run with the
+    median MiB/s is reported, with every run's MiB/s under "samples"."""
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for rep in range(max(1, opts.repeat)):
+        tag = f" (run {rep + 1}/{opts.repeat})" if opts.repeat > 1 else ""
+        for phase, size, acks, read_back in PHASES:
+            if "produce" not in opts.phases and not ("consume" in opts.phases and read_back):
+                continue
+            r = _phase(res, f"produce {phase}", lambda p=phase, s=size, a=acks:
+                       session.produce(p, s, a))
+            runs.setdefault(("produce", phase), []).append(r)
+            _report(broker.name, f"produce {phase}{tag}", r)
+            if not broker.alive():
+                raise RuntimeError(f"{broker.name} died: {broker.log_tail()}")
+            if read_back and "consume" in opts.phases:
+                if r.get("acked") and "topic" in r:
+                    c = _phase(res, f"consume {read_back}", lambda p=read_back, t=r["topic"],
+                               n=r["acked"]: session.consume(p, t, n))
+                else:
+                    c = {"error": f"no data: produce {phase} failed"}
+                    res["errors"][f"consume {read_back}"] = c["error"]
+                runs.setdefault(("consume", read_back), []).append(c)
+                _report(broker.name, f"consume {read_back}{tag}", c)
+                if not broker.alive():
+                    raise RuntimeError(f"{broker.name} died: {broker.log_tail()}")
+            if "topic" in r:
+                session.delete_topic(r["topic"])
+    for (kind, phase), rs in runs.items():
+        ok = sorted((r for r in rs if "mib_s" in r and "error" not in r),
+                    key=lambda r: r["mib_s"])
+        pick = ok[len(ok) // 2] if ok else rs[-1]
+        if len(rs) > 1:
+            pick = {**pick, "samples_mib_s": [r.get("mib_s") for r in rs]}
+        res[kind][phase] = pick
 
 
 def _phase(res: dict[str, Any], name: str, fn: Any) -> dict[str, Any]:

@@ -43,8 +43,8 @@ def producer_conf(bootstrap: str, acks: str, linger_ms: float) -> dict[str, Any]
         "linger.ms": linger_ms,
         "batch.size": 1_000_000,
         "batch.num.messages": 100_000,
-        "queue.buffering.max.messages": 1_000_000,
-        "queue.buffering.max.kbytes": 1_048_576,
+        "queue.buffering.max.messages": 500_000,
+        "queue.buffering.max.kbytes": 64 * 1024,  # enough in flight for loopback
         "compression.type": "none",
         "enable.idempotence": False,
         "message.timeout.ms": 60_000,
