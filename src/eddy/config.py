@@ -73,6 +73,23 @@ class BrokerConfig(BaseModel):
     log_index_interval_bytes: int = Field(4096, ge=0, alias="log.index.interval.bytes")
     log_message_timestamp_type: str = Field("CreateTime", alias="log.message.timestamp.type")
     log_cleanup_policy: str = Field("delete", alias="log.cleanup.policy")
+    offsets_topic_num_partitions: int = Field(
+        50, ge=1, alias="offsets.topic.num.partitions",
+        description="partitions of __consumer_offsets (fixed once created)",
+    )
+    offsets_topic_segment_bytes: int = Field(
+        104857600, ge=1024, alias="offsets.topic.segment.bytes"
+    )
+    offsets_retention_minutes: int = Field(10080, ge=1, alias="offsets.retention.minutes")
+    offset_metadata_max_bytes: int = Field(4096, ge=0, alias="offset.metadata.max.bytes")
+    group_initial_rebalance_delay_ms: int = Field(
+        0, ge=0, alias="group.initial.rebalance.delay.ms",
+        description="wait this long for more members before a new group's first rebalance",
+    )
+    group_min_session_timeout_ms: int = Field(6000, ge=1, alias="group.min.session.timeout.ms")
+    group_max_session_timeout_ms: int = Field(
+        1800000, ge=1, alias="group.max.session.timeout.ms"
+    )
     sendfile: bool = Field(True, description="send fetched log ranges with os.sendfile")
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
 

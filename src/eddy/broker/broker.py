@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 from eddy.broker.flusher import Flusher
+from eddy.broker.groups import GroupService
 from eddy.broker.waiters import AppendNotifier
 from eddy.clock import Clock
 from eddy.config import BrokerConfig
@@ -30,6 +31,7 @@ class Broker:
         self.logs = LogManager(config.data_dir, config.topic_defaults())
         self.notifier = AppendNotifier()
         self.flusher = Flusher(clock)
+        self.groups = GroupService(self)
         self.cluster_id = ""
         self.host, self.port = config.advertised_address
         self._maintenance: asyncio.Task[None] | None = None
@@ -38,6 +40,7 @@ class Broker:
         os.makedirs(self.config.data_dir, exist_ok=True)
         self.cluster_id = self._load_cluster_id()
         self.logs.load(self.clock.now_ms())
+        self.groups.load()
 
     def _load_cluster_id(self) -> str:
         path = os.path.join(self.config.data_dir, META_FILE)
@@ -71,6 +74,7 @@ class Broker:
         self._maintenance = asyncio.get_running_loop().create_task(self._maintain())
 
     async def stop(self) -> None:
+        self.groups.stop()
         if self._maintenance is not None:
             self._maintenance.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -9,7 +9,16 @@ from collections.abc import Awaitable, Callable, Sized
 from typing import Any
 
 from eddy.broker.broker import Broker
-from eddy.broker.handlers import admin, api_versions, fetch, list_offsets, metadata, produce
+from eddy.broker.handlers import (
+    admin,
+    api_versions,
+    coordinator,
+    fetch,
+    groups,
+    list_offsets,
+    metadata,
+    produce,
+)
 from eddy.broker.sender import ResponseWriter
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import (
@@ -37,6 +46,17 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.DELETE_TOPICS: admin.delete_topics,
     ApiKey.CREATE_PARTITIONS: admin.create_partitions,
     ApiKey.DESCRIBE_CLUSTER: admin.describe_cluster,
+    ApiKey.FIND_COORDINATOR: coordinator.find_coordinator,
+    ApiKey.JOIN_GROUP: groups.join_group,
+    ApiKey.SYNC_GROUP: groups.sync_group,
+    ApiKey.HEARTBEAT: groups.heartbeat,
+    ApiKey.LEAVE_GROUP: groups.leave_group,
+    ApiKey.OFFSET_COMMIT: groups.offset_commit,
+    ApiKey.OFFSET_FETCH: groups.offset_fetch,
+    ApiKey.LIST_GROUPS: groups.list_groups,
+    ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
+    ApiKey.DELETE_GROUPS: groups.delete_groups,
+    ApiKey.OFFSET_DELETE: groups.offset_delete,
 }
 
 _SIZE = struct.Struct(">i")
@@ -92,6 +112,8 @@ class KafkaServer:
         max_bytes = self.broker.config.socket_request_max_bytes
         broker = self.broker
         out = ResponseWriter(writer, broker.config.sendfile)
+        peer = writer.get_extra_info("peername")
+        host = f"/{peer[0]}" if peer else ""
         while True:
             head = await reader.readexactly(4)
             (size,) = _SIZE.unpack(head)
@@ -100,12 +122,13 @@ class KafkaServer:
                     f"request of {size} bytes is outside 0..socket.request.max.bytes={max_bytes}"
                 )
             frame = await reader.readexactly(size)
-            chunks = await self.dispatch(broker, frame)
+            chunks = await self.dispatch(broker, frame, host)
             if chunks is not None:
                 await out.send(chunks)
 
     @staticmethod
-    async def dispatch(broker: Broker, frame: bytes) -> list[Sized] | None:
+    async def dispatch(broker: Broker, frame: bytes, client_host: str = ""
+                       ) -> list[Sized] | None:
         try:
             raw = peek_header(frame)
         except MalformedRequest as exc:
@@ -120,7 +143,7 @@ class KafkaServer:
                 f"unsupported API key {raw.api_key} version {raw.api_version}"
             )
         try:
-            request = decode_request(frame, key, raw.api_version)
+            request = decode_request(frame, key, raw.api_version, client_host)
         except MalformedRequest as exc:
             raise CloseConnection(str(exc)) from None
         body = await HANDLERS[key](broker, request)

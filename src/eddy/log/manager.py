@@ -23,6 +23,7 @@ METADATA_FILE = "topic_metadata.json"
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 def validate_topic_name(name: str) -> None:
@@ -53,7 +54,7 @@ class Topic:
 
     @property
     def is_internal(self) -> bool:
-        return self.name.startswith("__")
+        return self.name in INTERNAL_TOPICS
 
     def to_json(self) -> dict[str, Any]:
         return {

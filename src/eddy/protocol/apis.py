@@ -11,10 +11,21 @@ class ApiKey(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
 
 
@@ -33,6 +44,17 @@ SUPPORTED: dict[ApiKey, VersionRange] = {
     ApiKey.FETCH: VersionRange(4, 16),
     ApiKey.LIST_OFFSETS: VersionRange(1, 7),
     ApiKey.METADATA: VersionRange(0, 12),
+    ApiKey.OFFSET_COMMIT: VersionRange(2, 9),
+    ApiKey.OFFSET_FETCH: VersionRange(1, 9),
+    ApiKey.FIND_COORDINATOR: VersionRange(0, 5),
+    ApiKey.JOIN_GROUP: VersionRange(0, 9),
+    ApiKey.HEARTBEAT: VersionRange(0, 4),
+    ApiKey.LEAVE_GROUP: VersionRange(0, 5),
+    ApiKey.SYNC_GROUP: VersionRange(0, 5),
+    ApiKey.DESCRIBE_GROUPS: VersionRange(0, 5),
+    ApiKey.LIST_GROUPS: VersionRange(0, 5),
+    ApiKey.DELETE_GROUPS: VersionRange(0, 2),
+    ApiKey.OFFSET_DELETE: VersionRange(0, 0),
     ApiKey.API_VERSIONS: VersionRange(0, 3),
     ApiKey.CREATE_TOPICS: VersionRange(2, 7),
     ApiKey.DELETE_TOPICS: VersionRange(1, 6),
@@ -46,6 +68,17 @@ FIRST_FLEXIBLE: dict[ApiKey, int] = {
     ApiKey.FETCH: 12,
     ApiKey.LIST_OFFSETS: 6,
     ApiKey.METADATA: 9,
+    ApiKey.OFFSET_COMMIT: 8,
+    ApiKey.OFFSET_FETCH: 6,
+    ApiKey.FIND_COORDINATOR: 3,
+    ApiKey.JOIN_GROUP: 6,
+    ApiKey.HEARTBEAT: 4,
+    ApiKey.LEAVE_GROUP: 4,
+    ApiKey.SYNC_GROUP: 4,
+    ApiKey.DESCRIBE_GROUPS: 5,
+    ApiKey.LIST_GROUPS: 3,
+    ApiKey.DELETE_GROUPS: 2,
+    ApiKey.OFFSET_DELETE: 99,
     ApiKey.API_VERSIONS: 3,
     ApiKey.CREATE_TOPICS: 5,
     ApiKey.DELETE_TOPICS: 4,

@@ -40,6 +40,7 @@ class Request:
     correlation_id: int
     client_id: str | None
     body: Any
+    client_host: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +108,9 @@ def _read_header(frame: bytes, flexible: bool) -> tuple[str | None, int]:
     return client_id, pos
 
 
-def decode_request(frame: bytes, api_key: ApiKey, version: int) -> Request:
+def decode_request(
+    frame: bytes, api_key: ApiKey, version: int, client_host: str = ""
+) -> Request:
     """Decode a request of a supported API and version (checked by the caller)."""
     raw = peek_header(frame)
     client_id, used = _read_header(frame, is_flexible(api_key, version))
@@ -119,7 +122,7 @@ def decode_request(frame: bytes, api_key: ApiKey, version: int) -> Request:
         ) from exc
     # Bytes after the body are ignored, as Kafka does: librdkafka 2.x sends a 4-byte
     # null where Metadata v12 has a 1-byte one (its issue #5049).
-    return Request(api_key, version, raw.correlation_id, client_id, body)
+    return Request(api_key, version, raw.correlation_id, client_id, body, client_host)
 
 
 def response_class(api_key: ApiKey, version: int) -> Any:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cramjam
+from crc32c import crc32c
 
 from eddy.protocol.record_batch import HEADER_SIZE, parse_header
 
@@ -125,3 +126,36 @@ def decode_batch_records(batch: bytes) -> Iterator[Record]:
             raise ValueError("record length does not match its fields")
         ts = h.max_timestamp if h.attributes & 0x08 else h.base_timestamp + ts_delta
         yield Record(h.base_offset + off_delta, ts, key, value, tuple(headers))
+
+
+def _bytes_out(value: bytes | None) -> bytes:
+    return write_varint(-1) if value is None else write_varint(len(value)) + value
+
+
+def build_batch(
+    records: list[tuple[bytes | None, bytes | None]],
+    timestamp_ms: int,
+    *,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    attributes: int = 0,
+) -> bytearray:
+    """An uncompressed v2 batch at base offset 0, for records the broker writes itself
+    (the offsets topic, control records)."""
+    body = bytearray()
+    for i, (key, value) in enumerate(records):
+        rec = b"\x00" + write_varint(0) + write_varint(i) + _bytes_out(key) + _bytes_out(value)
+        rec += write_varint(0)  # no headers
+        body += write_varint(len(rec)) + rec
+    n = len(records)
+    header = struct.pack(
+        ">hiqqqhii", attributes, n - 1, timestamp_ms, timestamp_ms, producer_id,
+        producer_epoch, base_sequence, n,
+    )
+    crc = crc32c(header + body)
+    batch_length = 4 + 1 + 4 + len(header) + len(body)  # epoch + magic + crc + rest
+    out = bytearray(struct.pack(">qiibI", 0, batch_length, -1, 2, crc))
+    out += header
+    out += body
+    return out

@@ -56,6 +56,10 @@ async def handle(broker: Broker, req: Request) -> Any:
                 parts.append((pd.index, ErrorCode.unknown_topic_or_partition, -1, -1,
                               f"unknown topic or partition {name}-{pd.index}", -1))
                 continue
+            if topic is not None and topic.is_internal:
+                parts.append((pd.index, ErrorCode.invalid_topic_exception, -1, -1,
+                              f"cannot append to internal topic {name}", -1))
+                continue
             try:
                 base, append_time = _append(broker, plog, pd.records, version)
             except KafkaError as exc:

@@ -1,0 +1,161 @@
+"""The asyncio adapter around the sans-IO group coordinator: it routes the coordinator's
+answers to waiting requests, appends its records to __consumer_offsets before they are
+acknowledged, fires its timers, and rebuilds its state from the log at start."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from eddy.groups.records import RecordFormatError, partition_for
+from eddy.groups.state import GroupConfig, GroupCoordinator, Step, Write
+from eddy.log.partition import PartitionLog
+from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.protocol.record_batch import parse_header, validate_batches
+from eddy.protocol.records import build_batch, decode_batch_records
+
+if TYPE_CHECKING:
+    from eddy.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+class GroupService:
+    def __init__(self, broker: Broker) -> None:
+        cfg = broker.config
+        self._broker = broker
+        self.coordinator = GroupCoordinator(
+            GroupConfig(
+                min_session_timeout_ms=cfg.group_min_session_timeout_ms,
+                max_session_timeout_ms=cfg.group_max_session_timeout_ms,
+                initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
+                offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
+                offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
+            )
+        )
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: int | None = None
+
+    # ---- start-up ------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Create the offsets topic if missing, then replay it into the coordinator."""
+        logs = self._broker.logs
+        cfg = self._broker.config
+        topic = logs.get(OFFSETS_TOPIC)
+        if topic is None:
+            topic = logs.create_topic(
+                OFFSETS_TOPIC,
+                cfg.offsets_topic_num_partitions,
+                {"cleanup.policy": "compact",
+                 "segment.bytes": str(cfg.offsets_topic_segment_bytes)},
+                self._broker.clock.now_ms(),
+            )
+        replayed = 0
+        for plog in topic.partitions:
+            replayed += self._replay(plog)
+        if replayed:
+            log.info("group coordinator loaded %d records from %s", replayed, OFFSETS_TOPIC)
+
+    def _replay(self, plog: PartitionLog) -> int:
+        count = 0
+        for seg in plog.segments:
+            for bp in seg.scan():
+                if bp.last_offset < plog.log_start_offset:
+                    continue
+                batch = seg.read_at(bp.position, bp.size)
+                if parse_header(batch).is_control:
+                    continue
+                for rec in decode_batch_records(batch):
+                    if rec.key is None:
+                        continue
+                    try:
+                        self.coordinator.replay(rec.key, rec.value)
+                    except RecordFormatError as exc:
+                        log.warning("%s-%d offset %d: skipping malformed record: %s",
+                                    plog.topic, plog.partition, rec.offset, exc)
+                    count += 1
+        return count
+
+    # ---- calls ---------------------------------------------------------------------------
+
+    async def call(self, step: Step) -> Any:
+        """Apply a step that submitted one request and wait for that request's answer."""
+        rid = step.request_id
+        assert rid is not None
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[rid] = fut
+        self.apply(step)
+        try:
+            return await fut
+        finally:
+            self._waiting.pop(rid, None)
+
+    def apply(self, step: Step) -> None:
+        """Deliver answers, persist writes (feeding their completion back), re-arm the timer."""
+        pending = [step]
+        rounds = 0
+        while pending:
+            rounds += 1
+            if rounds > 100_000:
+                raise RuntimeError("group coordinator steps did not settle")
+            current = pending.pop()
+            for rid, response in current.responses:
+                fut = self._waiting.get(rid)
+                if fut is not None and not fut.done():
+                    fut.set_result(response)
+            for write in current.writes:
+                error = self._persist(write)
+                pending.append(
+                    self.coordinator.write_completed(self.now(), write.write_id, error)
+                )
+        self._arm_timer()
+
+    def now(self) -> int:
+        return self._broker.clock.now_ms()
+
+    def _persist(self, write: Write) -> ErrorCode:
+        topic = self._broker.logs.get(OFFSETS_TOPIC)
+        if topic is None:
+            return ErrorCode.coordinator_not_available
+        plog = topic.partitions[partition_for(write.group_id, len(topic.partitions))]
+        batch = build_batch([(r.key, r.value) for r in write.records], self.now())
+        try:
+            validated = validate_batches(batch, max_batch_bytes=1 << 30)
+            plog.append(batch, validated, self.now())
+        except (KafkaError, OSError) as exc:
+            log.error("could not write group %s records: %s", write.group_id, exc)
+            return ErrorCode.unknown_server_error
+        return ErrorCode.none
+
+    def _arm_timer(self) -> None:
+        deadline = self.coordinator.next_deadline()
+        if deadline is None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer, self._timer_at = None, None
+            return
+        if self._timer is not None and self._timer_at == deadline:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        delay = max(deadline - self.now(), 0) / 1000
+        self._timer_at = deadline
+        self._timer = loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer, self._timer_at = None, None
+        try:
+            self.apply(self.coordinator.poll(self.now()))
+        except Exception:
+            log.exception("group coordinator timer failed")
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
