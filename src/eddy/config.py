@@ -125,20 +125,8 @@ class BrokerConfig(BaseModel):
 
     def topic_defaults(self) -> dict[str, str]:
         """Broker-level defaults for topic configs, under the topic configs' names."""
-        mapping = {
-            "flush.messages": "log_flush_interval_messages",
-            "flush.ms": "log_flush_interval_ms",
-            "segment.bytes": "log_segment_bytes",
-            "segment.ms": "log_roll_ms",
-            "retention.ms": "log_retention_ms",
-            "retention.bytes": "log_retention_bytes",
-            "max.message.bytes": "message_max_bytes",
-            "index.interval.bytes": "log_index_interval_bytes",
-            "message.timestamp.type": "log_message_timestamp_type",
-            "cleanup.policy": "log_cleanup_policy",
-        }
         out: dict[str, str] = {}
-        for topic_name, field in mapping.items():
+        for topic_name, field in TOPIC_DEFAULT_FIELDS.items():
             raw = str(getattr(self, field))
             try:
                 TOPIC_CONFIGS[topic_name].parse(raw)
@@ -147,6 +135,27 @@ class BrokerConfig(BaseModel):
                 raise InvalidConfig(f"{alias}: {exc}") from None
             out[topic_name] = raw
         return out
+
+
+#: topic config name -> the BrokerConfig field holding its broker-wide default
+TOPIC_DEFAULT_FIELDS: dict[str, str] = {
+    "flush.messages": "log_flush_interval_messages",
+    "flush.ms": "log_flush_interval_ms",
+    "segment.bytes": "log_segment_bytes",
+    "segment.ms": "log_roll_ms",
+    "retention.ms": "log_retention_ms",
+    "retention.bytes": "log_retention_bytes",
+    "max.message.bytes": "message_max_bytes",
+    "index.interval.bytes": "log_index_interval_bytes",
+    "message.timestamp.type": "log_message_timestamp_type",
+    "cleanup.policy": "log_cleanup_policy",
+}
+
+
+def kafka_name(field: str) -> str:
+    """The name a Kafka user knows a broker setting by (its alias, else dotted)."""
+    alias = BrokerConfig.model_fields[field].alias
+    return alias or field.replace("_", ".")
 
 
 def _field_names() -> dict[str, str]:

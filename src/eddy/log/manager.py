@@ -209,6 +209,19 @@ class LogManager:
         log.info("deleted topic %s", name)
         return topic
 
+    def alter_topic_configs(self, name: str, overrides: Mapping[str, str]) -> None:
+        """Replace a topic's overrides (validated by the caller) and apply them live."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name}")
+        config = TopicConfig(overrides, self.defaults)
+        topic.configs = dict(overrides)
+        topic.config = config
+        for plog in topic.partitions:
+            plog.config = config
+        self._write_metadata()
+        log.info("topic %s configs now %s", name, overrides)
+
     def add_partitions(self, name: str, total: int, now_ms: int, validate_only: bool) -> None:
         topic = self.topics.get(name)
         if topic is None:

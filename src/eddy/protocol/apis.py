@@ -23,7 +23,12 @@ class ApiKey(IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
+    INCREMENTAL_ALTER_CONFIGS = 44
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
@@ -59,6 +64,11 @@ SUPPORTED: dict[ApiKey, VersionRange] = {
     ApiKey.CREATE_TOPICS: VersionRange(2, 7),
     ApiKey.DELETE_TOPICS: VersionRange(1, 6),
     ApiKey.CREATE_PARTITIONS: VersionRange(0, 3),
+    ApiKey.DELETE_RECORDS: VersionRange(0, 2),
+    ApiKey.DESCRIBE_CONFIGS: VersionRange(1, 4),
+    ApiKey.ALTER_CONFIGS: VersionRange(0, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: VersionRange(1, 4),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
     ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 1),
 }
 
@@ -83,6 +93,11 @@ FIRST_FLEXIBLE: dict[ApiKey, int] = {
     ApiKey.CREATE_TOPICS: 5,
     ApiKey.DELETE_TOPICS: 4,
     ApiKey.CREATE_PARTITIONS: 2,
+    ApiKey.DELETE_RECORDS: 2,
+    ApiKey.DESCRIBE_CONFIGS: 4,
+    ApiKey.ALTER_CONFIGS: 2,
+    ApiKey.DESCRIBE_LOG_DIRS: 2,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
     ApiKey.DESCRIBE_CLUSTER: 0,
 }
 

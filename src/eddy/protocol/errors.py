@@ -8,10 +8,16 @@ __all__ = ["CloseConnection", "ErrorCode", "KafkaError"]
 class KafkaError(Exception):
     """A failure that maps to one Kafka error code on the wire."""
 
-    def __init__(self, code: ErrorCode, message: str = "") -> None:
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str = "",
+        record_errors: list[tuple[int, str]] | None = None,
+    ) -> None:
         super().__init__(message or code.name)
         self.code = code
         self.message = message or code.name
+        self.record_errors = record_errors or []  # (index in batch, message): Produce v8+
 
 
 class CloseConnection(Exception):

@@ -11,7 +11,8 @@ from eddy.log.partition import PartitionLog
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import CloseConnection, ErrorCode, KafkaError
-from eddy.protocol.record_batch import validate_batches
+from eddy.protocol.record_batch import ValidatedBatches, validate_batches
+from eddy.protocol.records import decode_batch_records
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +31,33 @@ def _append(broker: Broker, plog: PartitionLog, records: bytes | None, version: 
         raise KafkaError(
             ErrorCode.unsupported_compression_type, "zstd needs Produce v7 or later"
         )
+    if plog.config.compact:
+        _check_keys(plog, data, batches)
     result = plog.append(data, batches, broker.clock.now_ms())
     broker.notifier.notify((plog.topic, plog.partition))
     return result.base_offset, result.log_append_time
+
+
+def _check_keys(plog: PartitionLog, data: bytearray, batches: ValidatedBatches) -> None:
+    """A compacted topic needs a key on every record: the one produce path that has to
+    look inside batches (decompressing them)."""
+    errors: list[tuple[int, str]] = []
+    for h, pos in zip(batches.headers, batches.positions, strict=True):
+        try:
+            for i, rec in enumerate(decode_batch_records(bytes(data[pos : pos + h.size]))):
+                if rec.key is None:
+                    errors.append((i, "Compacted topic cannot accept message without key in "
+                                      f"topic partition {plog.topic}-{plog.partition}."))
+        except (ValueError, OSError) as exc:
+            raise KafkaError(ErrorCode.corrupt_message, f"cannot read records: {exc}") from None
+    if errors:
+        shown = ", ".join(m for _, m in errors[:3])
+        raise KafkaError(
+            ErrorCode.invalid_record,
+            f"One or more records have been rejected due to {len(errors)} record errors in "
+            f"total, and only showing the first three errors at most: [{shown}]",
+            errors,
+        )
 
 
 async def handle(broker: Broker, req: Request) -> Any:
@@ -42,6 +67,7 @@ async def handle(broker: Broker, req: Request) -> Any:
     logs = broker.logs
     results: list[tuple[str, list[tuple[int, ErrorCode, int, int, str | None, int]]]] = []
     to_flush: list[PartitionLog] = []
+    record_errors: dict[tuple[str, int], list[tuple[int, str]]] = {}
     for topic_data in body.topic_data:
         name = topic_data.name
         topic = logs.get(name)
@@ -65,6 +91,7 @@ async def handle(broker: Broker, req: Request) -> Any:
             except KafkaError as exc:
                 log.debug("produce to %s-%d rejected: %s", name, pd.index, exc.message)
                 parts.append((pd.index, exc.code, -1, -1, exc.message, plog.log_start_offset))
+                record_errors[(name, pd.index)] = exc.record_errors
                 continue
             if acks != 0 and plog.flush_due(broker.clock.now_ms()):
                 to_flush.append(plog)
@@ -97,7 +124,11 @@ async def handle(broker: Broker, req: Request) -> Any:
                             _EPOCH + datetime.timedelta(milliseconds=at) if at >= 0 else None
                         ),
                         log_start_offset=start,
-                        record_errors=(),
+                        record_errors=tuple(
+                            build(mod.BatchIndexAndErrorMessage, batch_index=i,
+                                  batch_index_error_message=m)
+                            for i, m in record_errors.get((name, index), ())
+                        ) if hasattr(mod, "BatchIndexAndErrorMessage") else (),
                         error_message=msg,
                     )
                     for index, code, base, at, msg, start in parts

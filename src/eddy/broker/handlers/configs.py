@@ -1,0 +1,217 @@
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and the broker."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from eddy.broker.broker import Broker
+from eddy.config import TOPIC_DEFAULT_FIELDS, BrokerConfig, kafka_name
+from eddy.log.config import TOPIC_CONFIGS, InvalidConfig, validate_overrides
+from eddy.protocol.apis import ApiKey
+from eddy.protocol.codec import Request, build, response_module
+from eddy.protocol.errors import ErrorCode, KafkaError
+
+_NO_TIME = datetime.timedelta(0)
+TOPIC = 2
+BROKER = 4
+# ConfigSource
+TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+# ConfigType
+_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
+# IncrementalAlterConfigs operations
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def _topic_entries(broker: Broker, name: str) -> list[dict[str, Any]]:
+    topic = broker.logs.get(name)
+    if topic is None:
+        raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                         f"Topic '{name}' does not exist.")
+    cfg: BrokerConfig = broker.config
+    entries = []
+    for key, d in sorted(TOPIC_CONFIGS.items()):
+        synonyms = []
+        if key in topic.configs:
+            synonyms.append((key, topic.configs[key], TOPIC_CONFIG))
+        field = TOPIC_DEFAULT_FIELDS.get(key)
+        if field is not None and field in cfg.model_fields_set:
+            synonyms.append(
+                (kafka_name(field), str(getattr(cfg, field)), STATIC_BROKER_CONFIG)
+            )
+        synonyms.append((kafka_name(field) if field else key, d.default, DEFAULT_CONFIG))
+        source0 = synonyms[0][2]
+        entries.append(dict(name=key, value=topic.config.raw(key), read_only=False,
+                            source=source0, sensitive=False, synonyms=synonyms,
+                            kind=d.kind, doc=d.doc))
+    return entries
+
+
+def _broker_entries(broker: Broker, name: str) -> list[dict[str, Any]]:
+    if name not in ("", str(broker.node_id)):
+        raise KafkaError(ErrorCode.invalid_request, f"broker {name} is not this node")
+    cfg = broker.config
+    entries = []
+    for field, info in sorted(BrokerConfig.model_fields.items()):
+        value = getattr(cfg, field)
+        source = STATIC_BROKER_CONFIG if field in cfg.model_fields_set else DEFAULT_CONFIG
+        kind = {bool: "boolean", int: "long", str: "string"}.get(type(value), "string")
+        raw = str(value).lower() if isinstance(value, bool) else (
+            None if value is None else str(value))
+        entries.append(dict(name=kafka_name(field), value=raw, read_only=True, source=source,
+                            sensitive=False, synonyms=[(kafka_name(field), raw, source)],
+                            kind=kind, doc=info.description or ""))
+    return entries
+
+
+async def describe_configs(broker: Broker, req: Request) -> Any:
+    b = req.body
+    mod = response_module(ApiKey.DESCRIBE_CONFIGS, req.api_version)
+    include_synonyms = getattr(b, "include_synonyms", False)
+    include_docs = getattr(b, "include_documentation", False)
+    results = []
+    for r in b.resources:
+        code, message, configs = ErrorCode.none, None, []
+        try:
+            if r.resource_type == TOPIC:
+                entries = _topic_entries(broker, r.resource_name)
+            elif r.resource_type == BROKER:
+                entries = _broker_entries(broker, r.resource_name)
+            else:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 f"unsupported resource type {r.resource_type}")
+            keys = r.configuration_keys
+            for e in entries:
+                if keys is not None and e["name"] not in keys:
+                    continue
+                configs.append(build(
+                    mod.DescribeConfigsResourceResult,
+                    name=e["name"], value=e["value"], read_only=e["read_only"],
+                    config_source=e["source"], is_default=e["source"] == DEFAULT_CONFIG,
+                    is_sensitive=e["sensitive"],
+                    synonyms=tuple(
+                        build(mod.DescribeConfigsSynonym, name=n, value=v, source=s)
+                        for n, v, s in e["synonyms"]
+                    ) if include_synonyms else (),
+                    config_type=_TYPES.get(e["kind"], 0),
+                    documentation=e["doc"] if include_docs else None,
+                ))
+        except KafkaError as exc:
+            code, message, configs = exc.code, exc.message, []
+        results.append(build(mod.DescribeConfigsResult, error_code=code, error_message=message,
+                             resource_type=r.resource_type, resource_name=r.resource_name,
+                             configs=tuple(configs)))
+    return build(mod.DescribeConfigsResponse, throttle_time=_NO_TIME, results=tuple(results))
+
+
+def _alter_topic(broker: Broker, name: str, new: dict[str, str], validate_only: bool) -> None:
+    if broker.logs.get(name) is None:
+        raise KafkaError(ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist.")
+    try:
+        clean = validate_overrides(new)
+    except InvalidConfig as exc:
+        raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
+    if not validate_only:
+        broker.logs.alter_topic_configs(name, clean)
+
+
+def _refuse_broker(broker: Broker, name: str) -> None:
+    if name not in ("", str(broker.node_id)):
+        raise KafkaError(ErrorCode.invalid_request, f"broker {name} is not this node")
+    raise KafkaError(ErrorCode.invalid_request,
+                     "broker configs are static in Eddy: set them in the config file, "
+                     "EDDY_* environment or `eddy serve --set` and restart")
+
+
+async def alter_configs(broker: Broker, req: Request) -> Any:
+    b = req.body
+    mod = response_module(ApiKey.ALTER_CONFIGS, req.api_version)
+    out = []
+    for r in b.resources:
+        code, message = ErrorCode.none, None
+        try:
+            if r.resource_type == TOPIC:
+                new: dict[str, str] = {}
+                for c in r.configs:
+                    if c.value is None:
+                        raise KafkaError(ErrorCode.invalid_request,
+                                         f"null value for config {c.name}")
+                    new[c.name] = c.value
+                _alter_topic(broker, r.resource_name, new, b.validate_only)
+            elif r.resource_type == BROKER:
+                _refuse_broker(broker, r.resource_name)
+            else:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 f"unsupported resource type {r.resource_type}")
+        except KafkaError as exc:
+            code, message = exc.code, exc.message
+        out.append(build(mod.AlterConfigsResourceResponse, error_code=code,
+                         error_message=message, resource_type=r.resource_type,
+                         resource_name=r.resource_name))
+    return build(mod.AlterConfigsResponse, throttle_time=_NO_TIME, responses=tuple(out))
+
+
+def _incremental(current: dict[str, str], ops: Any) -> dict[str, str]:
+    new = dict(current)
+    seen: set[str] = set()
+    for c in ops:
+        if c.name in seen:
+            raise KafkaError(ErrorCode.invalid_request, f"duplicate config key {c.name}")
+        seen.add(c.name)
+        d = TOPIC_CONFIGS.get(c.name)
+        if d is None:
+            raise KafkaError(ErrorCode.invalid_config, f"Unknown topic config name: {c.name}")
+        op = c.config_operation
+        if op == SET:
+            if c.value is None:
+                raise KafkaError(ErrorCode.invalid_request, f"null value for config {c.name}")
+            new[c.name] = c.value
+        elif op == DELETE:
+            new.pop(c.name, None)
+        elif op in (APPEND, SUBTRACT):
+            if d.kind != "list":
+                raise KafkaError(ErrorCode.invalid_config,
+                                 f"Config value append is not allowed for config key: {c.name}"
+                                 if op == APPEND else
+                                 f"Config value subtract is not allowed for config key: "
+                                 f"{c.name}")
+            items = [x.strip() for x in new.get(c.name, d.default).split(",") if x.strip()]
+            given = [x.strip() for x in (c.value or "").split(",") if x.strip()]
+            if op == APPEND:
+                items += [x for x in given if x not in items]
+            else:
+                items = [x for x in items if x not in given]
+            new[c.name] = ",".join(items)
+        else:
+            raise KafkaError(ErrorCode.invalid_request, f"unknown operation {op}")
+    return new
+
+
+async def incremental_alter_configs(broker: Broker, req: Request) -> Any:
+    b = req.body
+    mod = response_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, req.api_version)
+    out = []
+    for r in b.resources:
+        code, message = ErrorCode.none, None
+        try:
+            if r.resource_type == TOPIC:
+                topic = broker.logs.get(r.resource_name)
+                if topic is None:
+                    raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                                     f"Topic '{r.resource_name}' does not exist.")
+                new = _incremental(topic.configs, r.configs)
+                _alter_topic(broker, r.resource_name, new, b.validate_only)
+            elif r.resource_type == BROKER:
+                _refuse_broker(broker, r.resource_name)
+            else:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 f"unsupported resource type {r.resource_type}")
+        except KafkaError as exc:
+            code, message = exc.code, exc.message
+        out.append(build(mod.AlterConfigsResourceResponse, error_code=code,
+                         error_message=message, resource_type=r.resource_type,
+                         resource_name=r.resource_name))
+    return build(mod.IncrementalAlterConfigsResponse, throttle_time=_NO_TIME,
+                 responses=tuple(out))

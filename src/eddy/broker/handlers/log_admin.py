@@ -1,0 +1,72 @@
+"""DeleteRecords and DescribeLogDirs."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any
+
+from eddy.broker.broker import Broker
+from eddy.protocol.apis import ApiKey
+from eddy.protocol.codec import Request, build, response_module
+from eddy.protocol.errors import ErrorCode
+
+_NO_TIME = datetime.timedelta(0)
+HIGH_WATERMARK = -1
+
+
+async def delete_records(broker: Broker, req: Request) -> Any:
+    mod = response_module(ApiKey.DELETE_RECORDS, req.api_version)
+    topics = []
+    for t in req.body.topics:
+        topic = broker.logs.get(t.name)
+        parts = []
+        for p in t.partitions:
+            code, low = ErrorCode.none, -1
+            plog = topic.partitions[p.partition_index] if topic and 0 <= p.partition_index < len(
+                topic.partitions) else None
+            if plog is None:
+                code = ErrorCode.unknown_topic_or_partition
+            elif not plog.config.delete:
+                code = ErrorCode.policy_violation  # Kafka: only topics with delete policy
+            else:
+                target = plog.high_watermark if p.offset == HIGH_WATERMARK else p.offset
+                if target < 0 or target > plog.high_watermark:
+                    code = ErrorCode.offset_out_of_range
+                else:
+                    plog.set_log_start_offset(target)
+                    low = plog.log_start_offset
+            parts.append(build(mod.DeleteRecordsPartitionResult,
+                               partition_index=p.partition_index, low_watermark=low,
+                               error_code=code))
+        topics.append(build(mod.DeleteRecordsTopicResult, name=t.name, partitions=tuple(parts)))
+    return build(mod.DeleteRecordsResponse, throttle_time=_NO_TIME, topics=tuple(topics))
+
+
+async def describe_log_dirs(broker: Broker, req: Request) -> Any:
+    mod = response_module(ApiKey.DESCRIBE_LOG_DIRS, req.api_version)
+    logs = broker.logs
+    wanted = req.body.topics
+    if wanted is None:
+        selection = [(t.name, list(range(len(t.partitions)))) for t in logs.topics.values()]
+    else:
+        selection = [(w.topic, list(w.partitions)) for w in wanted]
+    topics = []
+    for name, indexes in selection:
+        topic = logs.get(name)
+        if topic is None:
+            continue
+        parts = [
+            build(mod.DescribeLogDirsPartition, partition_index=i,
+                  partition_size=topic.partitions[i].size_bytes, offset_lag=0,
+                  is_future_key=False)
+            for i in indexes if 0 <= i < len(topic.partitions)
+        ]
+        topics.append(build(mod.DescribeLogDirsTopic, name=name, partitions=tuple(parts)))
+    path = os.path.abspath(logs.topics_dir)
+    st = os.statvfs(path)
+    result = build(mod.DescribeLogDirsResult, error_code=ErrorCode.none, log_dir=path,
+                   topics=tuple(topics), total_bytes=st.f_blocks * st.f_frsize,
+                   usable_bytes=st.f_bavail * st.f_frsize)
+    return build(mod.DescribeLogDirsResponse, throttle_time=_NO_TIME, error_code=ErrorCode.none,
+                 results=(result,))

@@ -1,0 +1,202 @@
+"""Admin APIs through confluent-kafka's AdminClient: configs, DeleteRecords, retention,
+and the keyless-record rule of compacted topics."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
+)
+
+from eddy.log.config import TOPIC_CONFIGS
+
+
+def _admin(eddy) -> AdminClient:  # type: ignore[no-untyped-def]
+    return AdminClient({"bootstrap.servers": eddy.bootstrap})
+
+
+def _create(admin: AdminClient, name: str, partitions: int = 1, **config: str) -> None:
+    admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result(10)
+
+
+def _describe(admin: AdminClient, name: str) -> dict:  # type: ignore[type-arg]
+    r = ConfigResource(ResourceType.TOPIC, name)
+    return admin.describe_configs([r])[r].result(10)  # type: ignore[no-any-return]
+
+
+def _incremental(admin: AdminClient, name: str, *entries: ConfigEntry) -> None:
+    r = ConfigResource(ResourceType.TOPIC, name, incremental_configs=list(entries))
+    for f in admin.incremental_alter_configs([r]).values():
+        f.result(10)
+
+
+def _produce(eddy, topic: str, records: list[tuple[bytes | None, bytes]]) -> list:  # type: ignore[no-untyped-def, type-arg]
+    p = Producer({"bootstrap.servers": eddy.bootstrap, "linger.ms": 0})
+    reports: list = []  # type: ignore[type-arg]
+    for key, value in records:  # one batch per record: flushed one by one
+        p.produce(topic, key=key, value=value, partition=0,
+                  on_delivery=lambda err, msg: reports.append((err, msg)))
+        assert p.flush(10) == 0
+    return reports
+
+
+def test_describe_lists_every_topic_config_with_sources(eddy) -> None:  # type: ignore[no-untyped-def]
+    admin = _admin(eddy)
+    _create(admin, "described", **{"retention.ms": "123456"})
+    configs = _describe(admin, "described")
+    assert set(TOPIC_CONFIGS) <= set(configs)
+    assert configs["retention.ms"].value == "123456"
+    assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert configs["segment.bytes"].value == "1073741824"
+    assert configs["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert configs["cleanup.policy"].value == "delete"
+
+
+def test_incremental_alter_set_delete_append_subtract(eddy) -> None:  # type: ignore[no-untyped-def]
+    admin = _admin(eddy)
+    _create(admin, "altered", **{"retention.ms": "1000"})
+    _incremental(
+        admin, "altered",
+        ConfigEntry("segment.ms", "60000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
+    )
+    configs = _describe(admin, "altered")
+    assert configs["segment.ms"].value == "60000"
+    assert configs["retention.ms"].value == "604800000"  # back to the default
+    assert configs["cleanup.policy"].value == "delete,compact"
+    _incremental(admin, "altered", ConfigEntry(
+        "cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SUBTRACT))
+    assert _describe(admin, "altered")["cleanup.policy"].value == "compact"
+    # survives a restart
+    eddy.restart()
+    configs = _describe(_admin(eddy), "altered")
+    assert configs["segment.ms"].value == "60000"
+    assert configs["cleanup.policy"].value == "compact"
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        ConfigEntry("retention.ms", "abc", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("no.such.config", "1", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("retention.ms", "5", incremental_operation=AlterConfigOpType.APPEND),
+        ConfigEntry("cleanup.policy", "sometimes", incremental_operation=AlterConfigOpType.SET),
+    ],
+)
+def test_bad_alter_is_invalid_config_and_changes_nothing(eddy, entry) -> None:  # type: ignore[no-untyped-def]
+    admin = _admin(eddy)
+    _create(admin, "guarded")
+    with pytest.raises(KafkaException) as exc:
+        _incremental(admin, "guarded", entry)
+    assert exc.value.args[0].code() == KafkaError.INVALID_CONFIG
+    configs = _describe(admin, "guarded")
+    assert configs["retention.ms"].value == "604800000"
+    assert configs["cleanup.policy"].value == "delete"
+
+
+def test_legacy_alter_configs_replaces_overrides(eddy) -> None:  # type: ignore[no-untyped-def]
+    admin = _admin(eddy)
+    _create(admin, "replaced", **{"retention.ms": "1000", "segment.ms": "2000"})
+    r = ConfigResource(ResourceType.TOPIC, "replaced", set_config={"segment.ms": "3000"})
+    for f in admin.alter_configs([r]).values():
+        f.result(10)
+    configs = _describe(admin, "replaced")
+    assert configs["segment.ms"].value == "3000"
+    assert configs["retention.ms"].value == "604800000"
+
+
+def test_unknown_topic_describe_fails(eddy) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(KafkaException) as exc:
+        _describe(_admin(eddy), "nowhere")
+    assert exc.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_broker_configs_are_described_and_read_only(eddy_factory) -> None:  # type: ignore[no-untyped-def]
+    eddy = eddy_factory("--set", "num.partitions=2")
+    admin = _admin(eddy)
+    r = ConfigResource(ResourceType.BROKER, "1")
+    configs = admin.describe_configs([r])[r].result(10)
+    assert configs["num.partitions"].value == "2"
+    assert configs["num.partitions"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert configs["log.retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert configs["num.partitions"].is_read_only
+    r = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+        ConfigEntry("num.partitions", "5", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as exc:
+        for f in admin.incremental_alter_configs([r]).values():
+            f.result(10)
+    assert exc.value.args[0].code() == KafkaError.INVALID_REQUEST
+
+
+def _read_all(eddy, topic: str) -> list[int]:  # type: ignore[no-untyped-def]
+    c = Consumer({"bootstrap.servers": eddy.bootstrap, "group.id": "reader",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    c.assign([TopicPartition(topic, 0, low)])
+    offsets: list[int] = []
+    deadline = time.monotonic() + 15
+    while (not offsets or offsets[-1] < high - 1) and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            offsets.append(m.offset())
+    c.close()
+    return offsets
+
+
+def test_delete_records_moves_the_low_watermark(eddy) -> None:  # type: ignore[no-untyped-def]
+    admin = _admin(eddy)
+    _create(admin, "trimmed")
+    _produce(eddy, "trimmed", [(b"k", b"v%d" % i) for i in range(20)])
+    result = admin.delete_records([TopicPartition("trimmed", 0, 12)])
+    for f in result.values():
+        assert f.result(10).low_watermark == 12
+    c = Consumer({"bootstrap.servers": eddy.bootstrap, "group.id": "w"})
+    assert c.get_watermark_offsets(TopicPartition("trimmed", 0), timeout=10) == (12, 20)
+    c.close()
+    assert _read_all(eddy, "trimmed") == list(range(12, 20))
+    # past the end is refused
+    with pytest.raises(KafkaException) as exc:
+        for f in admin.delete_records([TopicPartition("trimmed", 0, 99)]).values():
+            f.result(10)
+    assert exc.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE
+
+
+def test_keyless_records_on_compacted_topic_are_invalid(eddy) -> None:  # type: ignore[no-untyped-def]
+    admin = _admin(eddy)
+    _create(admin, "compacted", **{"cleanup.policy": "compact"})
+    reports = _produce(eddy, "compacted", [(b"k1", b"a"), (None, b"no key"), (b"k2", b"b")])
+    errors = [err for err, _ in reports]
+    assert errors[0] is None and errors[2] is None
+    assert errors[1] is not None and errors[1].code() == KafkaError.INVALID_RECORD
+    # DeleteRecords needs the delete policy
+    with pytest.raises(KafkaException) as exc:
+        for f in admin.delete_records([TopicPartition("compacted", 0, 1)]).values():
+            f.result(10)
+    assert exc.value.args[0].code() == KafkaError.POLICY_VIOLATION
+
+
+def test_retention_by_size_deletes_old_segments(eddy_factory) -> None:  # type: ignore[no-untyped-def]
+    eddy = eddy_factory("--set", "log.retention.check.interval.ms=200")
+    admin = _admin(eddy)
+    _create(admin, "retained", **{"segment.bytes": "2000", "retention.bytes": "4000"})
+    _produce(eddy, "retained", [(b"k", b"x" * 500) for _ in range(40)])
+    c = Consumer({"bootstrap.servers": eddy.bootstrap, "group.id": "r"})
+    low = 0
+    deadline = time.monotonic() + 15
+    while low == 0 and time.monotonic() < deadline:
+        low, _ = c.get_watermark_offsets(TopicPartition("retained", 0), timeout=10)
+        time.sleep(0.2)
+    c.close()
+    assert 0 < low < 40
+    offsets = _read_all(eddy, "retained")
+    assert offsets == list(range(low, 40))
