@@ -90,6 +90,20 @@ class BrokerConfig(BaseModel):
     group_max_session_timeout_ms: int = Field(
         1800000, ge=1, alias="group.max.session.timeout.ms"
     )
+    producer_id_expiration_ms: int = Field(
+        86400000, ge=1, alias="producer.id.expiration.ms",
+        description="forget an idempotent producer idle this long",
+    )
+    transaction_max_timeout_ms: int = Field(
+        900000, ge=1, alias="transaction.max.timeout.ms",
+        description="the largest transaction.timeout.ms a producer may ask for",
+    )
+    transactional_id_expiration_ms: int = Field(
+        604800000, ge=1, alias="transactional.id.expiration.ms"
+    )
+    transaction_state_num_partitions: int = Field(
+        50, ge=1, alias="transaction.state.log.num.partitions"
+    )
     sendfile: bool = Field(True, description="send fetched log ranges with os.sendfile")
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
 

@@ -12,11 +12,14 @@ from typing import Any
 
 from eddy.broker.flusher import Flusher
 from eddy.broker.groups import GroupService
+from eddy.broker.producers import ProducerStates
+from eddy.broker.transactions import TransactionService
 from eddy.broker.waiters import AppendNotifier
 from eddy.clock import Clock
 from eddy.config import BrokerConfig
 from eddy.log.manager import LogManager, Topic
 from eddy.log.state_files import atomic_write
+from eddy.txn.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +35,9 @@ class Broker:
         self.notifier = AppendNotifier()
         self.flusher = Flusher(clock)
         self.groups = GroupService(self)
+        self.producers = ProducerStates()
+        self.producer_ids = ProducerIdAllocator(config.data_dir)
+        self.transactions = TransactionService(self)
         self.cluster_id = ""
         self.host, self.port = config.advertised_address
         self._maintenance: asyncio.Task[None] | None = None
@@ -41,6 +47,7 @@ class Broker:
         self.cluster_id = self._load_cluster_id()
         self.logs.load(self.clock.now_ms())
         self.groups.load()
+        self.transactions.load()
 
     def _load_cluster_id(self) -> str:
         path = os.path.join(self.config.data_dir, META_FILE)
@@ -75,6 +82,7 @@ class Broker:
 
     async def stop(self) -> None:
         self.groups.stop()
+        self.producers.snapshot_all(self.logs.all_partitions())
         if self._maintenance is not None:
             self._maintenance.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -95,6 +103,7 @@ class Broker:
                 log.exception("log maintenance failed; will retry")
 
     async def maintenance_tick(self, now: int, retention_due: bool) -> None:
+        self.transactions.abort_expired()
         for plog in self.logs.all_partitions():
             plog.roll_if_due(now)
             rolled = plog.rolled_segments_to_flush()
@@ -103,3 +112,8 @@ class Broker:
                 await self.flusher.flush(plog, upto)
             if retention_due:
                 plog.apply_retention(now)
+                state = self.producers.of(plog)
+                state.expire(now, self.config.producer_id_expiration_ms)
+                state.prune_aborted(plog.log_start_offset)
+        if retention_due:
+            self.producers.snapshot_all(self.logs.all_partitions())

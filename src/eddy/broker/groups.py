@@ -8,6 +8,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from eddy.broker.producers import COMMIT, control_type
 from eddy.groups.records import RecordFormatError, partition_for
 from eddy.groups.state import GroupConfig, GroupCoordinator, Step, Write
 from eddy.log.partition import PartitionLog
@@ -39,6 +40,7 @@ class GroupService:
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
+        self.open_txn_offsets: dict[int, list[tuple[bytes, bytes | None]]] = {}
 
     # ---- start-up ------------------------------------------------------------------------
 
@@ -62,24 +64,41 @@ class GroupService:
             log.info("group coordinator loaded %d records from %s", replayed, OFFSETS_TOPIC)
 
     def _replay(self, plog: PartitionLog) -> int:
+        """Apply the log in order; transactional offset commits wait for their marker."""
         count = 0
+        open_txns: dict[int, list[tuple[bytes, bytes | None]]] = {}
         for seg in plog.segments:
             for bp in seg.scan():
                 if bp.last_offset < plog.log_start_offset:
                     continue
                 batch = seg.read_at(bp.position, bp.size)
-                if parse_header(batch).is_control:
+                h = parse_header(batch)
+                if h.is_control:
+                    records = open_txns.pop(h.producer_id, [])
+                    if control_type(batch) == COMMIT:
+                        count += self._apply_records(plog, records)
                     continue
-                for rec in decode_batch_records(batch):
-                    if rec.key is None:
-                        continue
-                    try:
-                        self.coordinator.replay(rec.key, rec.value)
-                    except RecordFormatError as exc:
-                        log.warning("%s-%d offset %d: skipping malformed record: %s",
-                                    plog.topic, plog.partition, rec.offset, exc)
-                    count += 1
+                records = [(r.key, r.value) for r in decode_batch_records(batch)
+                           if r.key is not None]
+                if h.is_transactional:
+                    open_txns.setdefault(h.producer_id, []).extend(records)
+                else:
+                    count += self._apply_records(plog, records)
+        for pid, records in open_txns.items():
+            # a transaction still open at the end of the log: the transaction coordinator
+            # decides its outcome when it loads (commit of a prepared one applies these)
+            self.open_txn_offsets.setdefault(pid, []).extend(records)
         return count
+
+    def _apply_records(self, plog: PartitionLog, records: list[tuple[bytes, bytes | None]]
+                       ) -> int:
+        for key, value in records:
+            try:
+                self.coordinator.replay(key, value)
+            except RecordFormatError as exc:
+                log.warning("%s-%d: skipping malformed record: %s", plog.topic, plog.partition,
+                            exc)
+        return len(records)
 
     # ---- calls ---------------------------------------------------------------------------
 

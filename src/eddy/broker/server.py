@@ -20,6 +20,8 @@ from eddy.broker.handlers import (
     log_admin,
     metadata,
     produce,
+    producer_id,
+    transactions,
 )
 from eddy.broker.sender import ResponseWriter
 from eddy.protocol.apis import ApiKey
@@ -54,6 +56,11 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
     ApiKey.DELETE_RECORDS: log_admin.delete_records,
     ApiKey.DESCRIBE_LOG_DIRS: log_admin.describe_log_dirs,
+    ApiKey.INIT_PRODUCER_ID: producer_id.init_producer_id,
+    ApiKey.ADD_PARTITIONS_TO_TXN: transactions.add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: transactions.add_offsets_to_txn,
+    ApiKey.END_TXN: transactions.end_txn,
+    ApiKey.TXN_OFFSET_COMMIT: transactions.txn_offset_commit,
     ApiKey.JOIN_GROUP: groups.join_group,
     ApiKey.SYNC_GROUP: groups.sync_group,
     ApiKey.HEARTBEAT: groups.heartbeat,

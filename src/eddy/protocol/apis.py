@@ -24,6 +24,11 @@ class ApiKey(IntEnum):
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
@@ -65,6 +70,11 @@ SUPPORTED: dict[ApiKey, VersionRange] = {
     ApiKey.DELETE_TOPICS: VersionRange(1, 6),
     ApiKey.CREATE_PARTITIONS: VersionRange(0, 3),
     ApiKey.DELETE_RECORDS: VersionRange(0, 2),
+    ApiKey.INIT_PRODUCER_ID: VersionRange(0, 5),
+    ApiKey.ADD_PARTITIONS_TO_TXN: VersionRange(0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: VersionRange(0, 3),
+    ApiKey.END_TXN: VersionRange(0, 3),
+    ApiKey.TXN_OFFSET_COMMIT: VersionRange(0, 3),
     ApiKey.DESCRIBE_CONFIGS: VersionRange(1, 4),
     ApiKey.ALTER_CONFIGS: VersionRange(0, 2),
     ApiKey.DESCRIBE_LOG_DIRS: VersionRange(1, 4),
@@ -94,6 +104,11 @@ FIRST_FLEXIBLE: dict[ApiKey, int] = {
     ApiKey.DELETE_TOPICS: 4,
     ApiKey.CREATE_PARTITIONS: 2,
     ApiKey.DELETE_RECORDS: 2,
+    ApiKey.INIT_PRODUCER_ID: 2,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 3,
+    ApiKey.ADD_OFFSETS_TO_TXN: 3,
+    ApiKey.END_TXN: 3,
+    ApiKey.TXN_OFFSET_COMMIT: 3,
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.ALTER_CONFIGS: 2,
     ApiKey.DESCRIBE_LOG_DIRS: 2,

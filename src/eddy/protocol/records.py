@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import cramjam
@@ -133,7 +133,7 @@ def _bytes_out(value: bytes | None) -> bytes:
 
 
 def build_batch(
-    records: list[tuple[bytes | None, bytes | None]],
+    records: Sequence[tuple[bytes | None, bytes | None]],
     timestamp_ms: int,
     *,
     producer_id: int = -1,

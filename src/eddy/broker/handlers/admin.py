@@ -124,6 +124,8 @@ async def delete_topics(broker: Broker, req: Request) -> Any:
                 name = found.name
             topic = broker.logs.delete_topic(name)
             topic_id = topic.topic_id
+            for plog in topic.partitions:
+                broker.producers.forget(plog)
         except KafkaError as exc:
             code, message = exc.code, exc.message
         results.append(

@@ -53,8 +53,14 @@ def _resolve(broker: Broker, body: Any, version: int) -> list[list[_Wanted]]:
     return topics
 
 
+def stable_offset(broker: Broker, plog: PartitionLog) -> int:
+    """The last stable offset: below the first offset of any open transaction."""
+    ongoing = broker.producers.of(plog).ongoing_first_offsets()
+    return min(ongoing[0], plog.high_watermark) if ongoing else plog.high_watermark
+
+
 def _read_all(
-    topics: list[list[_Wanted]], max_bytes: int, read_committed: bool
+    broker: Broker, topics: list[list[_Wanted]], max_bytes: int, read_committed: bool
 ) -> tuple[list[list[tuple[_Wanted, ErrorCode, FetchSlice | bytes]]], int]:
     budget = max_bytes
     total = 0
@@ -72,7 +78,7 @@ def _read_all(
                         else ErrorCode.unknown_leader_epoch)
                 res_row.append((w, code, b""))
                 continue
-            limit = plog.high_watermark  # one replica: LSO = HWM until transactions land
+            limit = stable_offset(broker, plog) if read_committed else plog.high_watermark
             try:
                 sl = plog.read(w.offset, min(w.max_bytes, budget), limit, min_one=first)
             except KafkaError as exc:
@@ -93,7 +99,7 @@ async def handle(broker: Broker, req: Request) -> Any:
     version = req.api_version
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     topics = _resolve(broker, body, version)
-    results, total = _read_all(topics, body.max_bytes, read_committed)
+    results, total = _read_all(broker, topics, body.max_bytes, read_committed)
     wait_s = body.max_wait.total_seconds()
     # Kafka answers at once when any partition failed (errorReadingData)
     failed = any(code != ErrorCode.none for row in results for _, code, _ in row)
@@ -107,7 +113,7 @@ async def handle(broker: Broker, req: Request) -> Any:
                 break
             if not await broker.notifier.wait_any(keys, remaining):
                 break
-            results, total = _read_all(topics, body.max_bytes, read_committed)
+            results, total = _read_all(broker, topics, body.max_bytes, read_committed)
             if total >= body.min_bytes:
                 break
     topics_out = []
@@ -116,14 +122,21 @@ async def handle(broker: Broker, req: Request) -> Any:
         for w, code, data in row:
             plog = w.plog
             hwm = plog.high_watermark if plog is not None else -1
+            lso = stable_offset(broker, plog) if plog is not None else -1
+            aborted = None
+            if read_committed:
+                aborted = []
+                if plog is not None and len(data):
+                    # every aborted transaction overlapping the bytes returned
+                    aborted = broker.producers.of(plog).aborted_in(w.offset, lso)
             partitions.append(
                 FetchPartition(
                     index=w.partition,
                     error_code=code,
                     high_watermark=hwm,
-                    last_stable_offset=hwm,
+                    last_stable_offset=lso,
                     log_start_offset=plog.log_start_offset if plog is not None else -1,
-                    aborted=[] if read_committed else None,
+                    aborted=aborted,
                     records=data,
                 )
             )

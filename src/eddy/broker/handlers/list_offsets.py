@@ -6,6 +6,7 @@ import datetime
 from typing import Any
 
 from eddy.broker.broker import Broker
+from eddy.broker.handlers.fetch import stable_offset
 from eddy.log.partition import PartitionLog
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
@@ -17,10 +18,10 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 
 
-def _lookup(plog: PartitionLog, timestamp: int) -> tuple[int, int]:
+def _lookup(plog: PartitionLog, timestamp: int, latest: int) -> tuple[int, int]:
     """(timestamp, offset) Kafka answers for one partition."""
     if timestamp == LATEST:
-        return -1, plog.high_watermark
+        return -1, latest
     if timestamp == EARLIEST:
         return -1, plog.log_start_offset
     if timestamp == MAX_TIMESTAMP:
@@ -57,6 +58,7 @@ def _batch_bytes(plog: PartitionLog, bp: Any) -> bytes:
 async def handle(broker: Broker, req: Request) -> Any:
     body = req.body
     mod = response_module(ApiKey.LIST_OFFSETS, req.api_version)
+    read_committed = getattr(body, "isolation_level", 0) == 1
     topics = []
     for t in body.topics:
         topic = broker.logs.get(t.name)
@@ -73,7 +75,9 @@ async def handle(broker: Broker, req: Request) -> Any:
                         else ErrorCode.unknown_leader_epoch)
             else:
                 try:
-                    ts, off = _lookup(plog, p.timestamp)
+                    latest = (stable_offset(broker, plog) if read_committed
+                              else plog.high_watermark)
+                    ts, off = _lookup(plog, p.timestamp, latest)
                 except KafkaError as exc:
                     code = exc.code
             parts.append(

@@ -33,7 +33,13 @@ def _append(broker: Broker, plog: PartitionLog, records: bytes | None, version: 
         )
     if plog.config.compact:
         _check_keys(plog, data, batches)
-    result = plog.append(data, batches, broker.clock.now_ms())
+    duplicate = broker.producers.check(plog, batches)
+    if duplicate is not None:
+        # a retry of a batch already written: answer with where it went, write nothing
+        return duplicate.first_offset, -1
+    now = broker.clock.now_ms()
+    result = plog.append(data, batches, now)
+    broker.producers.appended(plog, batches, result.base_offset, now)
     broker.notifier.notify((plog.topic, plog.partition))
     return result.base_offset, result.log_append_time
 

@@ -1,0 +1,28 @@
+"""InitProducerId: ids for idempotent producers (transactional ids: the txn coordinator)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from eddy.broker.broker import Broker
+from eddy.protocol.apis import ApiKey
+from eddy.protocol.codec import Request, build, response_module
+from eddy.protocol.errors import ErrorCode
+
+
+async def init_producer_id(broker: Broker, req: Request) -> Any:
+    b = req.body
+    mod = response_module(ApiKey.INIT_PRODUCER_ID, req.api_version)
+    if b.transactional_id is not None:
+        code, pid, epoch = await broker.transactions.init_producer_id(
+            b.transactional_id,
+            int(b.transaction_timeout.total_seconds() * 1000),
+            getattr(b, "producer_id", -1),
+            getattr(b, "producer_epoch", -1),
+        )
+    else:
+        # an idempotent producer (re)initialising always gets a fresh id, as in Kafka
+        code, pid, epoch = ErrorCode.none, broker.producer_ids.allocate(), 0
+    return build(mod.InitProducerIdResponse, throttle_time=datetime.timedelta(0),
+                 error_code=code, producer_id=pid, producer_epoch=epoch)

@@ -1,0 +1,1 @@
+"""Producer ids, sequences and transactions (KIP-98)."""
