@@ -104,6 +104,10 @@ class BrokerConfig(BaseModel):
     transaction_state_num_partitions: int = Field(
         50, ge=1, alias="transaction.state.log.num.partitions"
     )
+    log_cleaner_backoff_ms: int = Field(
+        15000, ge=1, alias="log.cleaner.backoff.ms",
+        description="how often compacted topics are checked for cleaning",
+    )
     sendfile: bool = Field(True, description="send fetched log ranges with os.sendfile")
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
 

@@ -17,6 +17,7 @@ from eddy.broker.transactions import TransactionService
 from eddy.broker.waiters import AppendNotifier
 from eddy.clock import Clock
 from eddy.config import BrokerConfig
+from eddy.log import compaction
 from eddy.log.manager import LogManager, Topic
 from eddy.log.state_files import atomic_write
 from eddy.txn.producer_ids import ProducerIdAllocator
@@ -41,6 +42,8 @@ class Broker:
         self.cluster_id = ""
         self.host, self.port = config.advertised_address
         self._maintenance: asyncio.Task[None] | None = None
+        self._cleaner: asyncio.Task[None] | None = None
+        self._last_clean_ms = 0
 
     def load(self) -> None:
         os.makedirs(self.config.data_dir, exist_ok=True)
@@ -80,7 +83,38 @@ class Broker:
     def start_maintenance(self) -> None:
         self._maintenance = asyncio.get_running_loop().create_task(self._maintain())
 
+    async def _clean_logs(self, now: int) -> None:
+        """Compact every partition that needs it, one at a time, off the event loop."""
+        loop = asyncio.get_running_loop()
+        for topic in list(self.logs.topics.values()):
+            for plog in topic.partitions:
+                if not plog.config.compact:
+                    continue
+                state = self.producers.of(plog)
+                lso = min(state.ongoing_first_offsets() or [plog.high_watermark])
+                active = {pid: e.batches[-1].last_offset
+                          for pid, e in state.producers.items() if e.batches}
+                try:
+                    if not compaction.needs_cleaning(plog, now, last_stable_offset=lso):
+                        continue
+                    plan = compaction.plan_cleaning(plog, now, last_stable_offset=lso,
+                                                    producer_last_offsets=active)
+                    if plan is None:
+                        continue
+                    result = await loop.run_in_executor(None, compaction.clean, plan)
+                    if self.logs.partition(plog.topic, plog.partition) is plog:
+                        compaction.commit_swap(plog, result)
+                    else:
+                        compaction.abort(result)  # the topic went away meanwhile
+                except (compaction.CompactionError, OSError) as exc:
+                    log.error("compaction of %s-%d failed: %s", plog.topic, plog.partition,
+                              exc)
+
     async def stop(self) -> None:
+        if self._cleaner is not None:
+            self._cleaner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._cleaner
         self.groups.stop()
         self.producers.snapshot_all(self.logs.all_partitions())
         if self._maintenance is not None:
@@ -104,6 +138,10 @@ class Broker:
 
     async def maintenance_tick(self, now: int, retention_due: bool) -> None:
         self.transactions.abort_expired()
+        if now - self._last_clean_ms >= self.config.log_cleaner_backoff_ms:
+            self._last_clean_ms = now
+            if self._cleaner is None or self._cleaner.done():
+                self._cleaner = asyncio.get_running_loop().create_task(self._clean_logs(now))
         for plog in self.logs.all_partitions():
             plog.roll_if_due(now)
             rolled = plog.rolled_segments_to_flush()

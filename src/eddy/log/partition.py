@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import os
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from eddy.log.compaction import recover_interrupted_cleaning
 from eddy.log.config import TopicConfig
 from eddy.log.segment import BatchPos, Segment
 from eddy.log.state_files import read_int_file, write_int_file
@@ -82,6 +84,8 @@ class PartitionLog:
         return plog
 
     def _load(self, clean_shutdown: bool) -> None:
+        # finish or roll back a log cleaner swap a crash interrupted, before listing segments
+        recover_interrupted_cleaning(self.directory)
         self.log_start_offset = read_int_file(os.path.join(self.directory, LOG_START_FILE), 0)
         self.recovery_point = read_int_file(os.path.join(self.directory, RECOVERY_POINT_FILE), 0)
         self.leader_epoch = read_int_file(os.path.join(self.directory, LEADER_EPOCH_FILE), 0)
@@ -336,6 +340,18 @@ class PartitionLog:
             )
             return count - len(self.segments)
         return 0
+
+    def replace_segments(self, old: Sequence[Segment], new: Segment) -> None:
+        """Put `new` in place of the contiguous inactive run `old` (identity-checked). Only
+        the in-memory list changes: the log cleaner has already renamed the files."""
+        n = len(old)
+        i = next((k for k, s in enumerate(self.segments) if s is old[0]), -1) if n else -1
+        if i < 0 or i + n >= len(self.segments) or any(
+            a is not b for a, b in zip(self.segments[i : i + n], old, strict=True)
+        ):
+            raise ValueError("segments to replace are not a contiguous inactive run of this log")
+        self.segments[i : i + n] = [new]
+        self._bases = [s.base_offset for s in self.segments]
 
     def close(self) -> None:
         for seg in self.segments:

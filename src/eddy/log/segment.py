@@ -52,15 +52,20 @@ class _Fd:
 
 
 class Segment:
-    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int) -> None:
+    def __init__(
+        self, directory: str, base_offset: int, index_interval_bytes: int, *, suffix: str = ""
+    ) -> None:
+        """`suffix` (e.g. ".cleaned") names files beside the live ones: the log cleaner
+        writes a replacement segment under it, then renames it in (see change_suffix)."""
         self.directory = directory
         self.base_offset = base_offset
+        self.suffix = suffix
         name = os.path.join(directory, segment_name(base_offset))
-        self.log_path = name + ".log"
+        self.log_path = name + ".log" + suffix
         self._fd = _Fd(os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644))
         self.size = os.fstat(self._fd.fd).st_size
-        self.index = OffsetIndex(name + ".idx", base_offset)
-        self.time_index = TimeIndex(name + ".timeidx", base_offset)
+        self.index = OffsetIndex(name + ".idx" + suffix, base_offset)
+        self.time_index = TimeIndex(name + ".timeidx" + suffix, base_offset)
         self.index_interval_bytes = index_interval_bytes
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -290,6 +295,33 @@ class Segment:
         """Unlink the files; readers still holding the fd finish their reads."""
         self.deleted = True
         self.close()
-        for path in (self.log_path, self.index._file.path, self.time_index._file.path):
+        for path in self.paths:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+
+    @property
+    def paths(self) -> tuple[str, str, str]:
+        """The log, offset index and time index file paths."""
+        return self.log_path, self.index._file.path, self.time_index._file.path
+
+    def retire(self) -> None:
+        """This segment was replaced by a cleaned one and its files renamed away or unlinked:
+        close the indexes and forget the paths (a successor may now own those names), so a
+        stray delete_files() cannot touch them. Readers holding the fd keep reading."""
+        self.deleted = True
+        self.close()
+        gone = os.path.join(self.directory, segment_name(self.base_offset)) + ".replaced"
+        self.log_path = gone
+        self.index._file.path = gone
+        self.time_index._file.path = gone
+
+    def change_suffix(self, suffix: str) -> None:
+        """Rename the three files to carry `suffix` instead of the current one (the log last,
+        each rename atomic); open fds follow the files. Used by the log cleaner's swap."""
+        name = os.path.join(self.directory, segment_name(self.base_offset))
+        for f, ext in ((self.index._file, ".idx"), (self.time_index._file, ".timeidx")):
+            os.rename(f.path, name + ext + suffix)
+            f.path = name + ext + suffix
+        os.rename(self.log_path, name + ".log" + suffix)
+        self.log_path = name + ".log" + suffix
+        self.suffix = suffix
