@@ -37,6 +37,9 @@ class ApiKey(IntEnum):
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,9 @@ SUPPORTED: dict[ApiKey, VersionRange] = {
     ApiKey.DESCRIBE_LOG_DIRS: VersionRange(1, 4),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
     ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: VersionRange(0, 0),
+    ApiKey.DESCRIBE_TRANSACTIONS: VersionRange(0, 0),
+    ApiKey.LIST_TRANSACTIONS: VersionRange(0, 1),
 }
 
 #: First flexible (compact, tagged-field) version of each API, from Apache Kafka's specs.
@@ -114,6 +120,9 @@ FIRST_FLEXIBLE: dict[ApiKey, int] = {
     ApiKey.DESCRIBE_LOG_DIRS: 2,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
     ApiKey.DESCRIBE_CLUSTER: 0,
+    ApiKey.DESCRIBE_PRODUCERS: 0,
+    ApiKey.DESCRIBE_TRANSACTIONS: 0,
+    ApiKey.LIST_TRANSACTIONS: 0,
 }
 
 
