@@ -55,6 +55,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="consumer fetch.wait.max.ms in the latency run (100)")
     ap.add_argument("--phases", default="produce,consume,latency",
                     help="comma-separated subset of produce,consume,latency")
+    ap.add_argument("--groups", action="store_true",
+                    help="also run the consumer-group phase (bench/groups.py): subscribe to "
+                         "first record, rebalance of 10+1 members; --phases groups runs it "
+                         "alone")
     ap.add_argument("--eddy-arg", action="append", default=[], metavar="ARG",
                     help="extra argument for `eddy serve` (repeatable), e.g. "
                          "--eddy-arg=--set --eddy-arg=log.flush.interval.messages=1")
@@ -74,7 +78,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def options(a: argparse.Namespace) -> Options:
     smoke = a.smoke
     phases = {p.strip() for p in a.phases.split(",") if p.strip()}
-    bad = phases - {"produce", "consume", "latency"}
+    if a.groups:
+        phases.add("groups")
+    bad = phases - {"produce", "consume", "latency", "groups"}
     if bad:
         raise SystemExit(f"unknown phases: {', '.join(sorted(bad))}")
     return Options(
@@ -173,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         "(!) = phase finished with an error (partial result); [a-b] = range of MiB/s over the "
         "repeated runs (this shared VM is noisy: use --repeat); PASS/FAIL = eddy vs target.",
     ]
+    if "groups" in opts.phases:
+        from bench import groups as bench_groups
+
+        bench_groups.register_rows()
+        notes += bench_groups.notes()
     title = "Eddy benchmark" + (" (smoke: tiny sizes, numbers are meaningless)" if a.smoke
                                 else "")
     for name, res in results.items():

@@ -369,6 +369,10 @@ def run_broker(broker: BrokerProcess, opts: Options) -> dict[str, Any]:
             if "p99_ms" in r:
                 say(f"{broker.name}: latency p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms "
                     f"max {r['max_ms']:.2f} ms at {r['achieved_mib_s']:.1f} MiB/s")
+        if "groups" in opts.phases:  # python -m bench --groups: see bench/groups.py
+            from bench import groups as bench_groups
+
+            res["groups"] = _phase(res, "groups", lambda: bench_groups.run(broker, opts))
         res["rss"]["after_mib"] = _mib(rss_bytes(broker.pid))
         res["rss"]["peak_mib"] = _mib(peak_rss_bytes(broker.pid))
     except Exception as exc:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from eddy.broker.producers import COMMIT, control_type
 from eddy.groups.records import RecordFormatError, partition_for
 from eddy.groups.state import GroupConfig, GroupCoordinator, Step, Write
+from eddy.log.manager import Topic
 from eddy.log.partition import PartitionLog
 from eddy.protocol.errors import ErrorCode, KafkaError
 from eddy.protocol.record_batch import parse_header, validate_batches
@@ -45,23 +46,27 @@ class GroupService:
     # ---- start-up ------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Create the offsets topic if missing, then replay it into the coordinator."""
-        logs = self._broker.logs
-        cfg = self._broker.config
-        topic = logs.get(OFFSETS_TOPIC)
+        """Replay the offsets topic into the coordinator (created on first use, not here,
+        so that an empty broker starts fast)."""
+        topic = self._broker.logs.get(OFFSETS_TOPIC)
         if topic is None:
-            topic = logs.create_topic(
+            return
+        replayed = sum(self._replay(plog) for plog in topic.partitions)
+        if replayed:
+            log.info("group coordinator loaded %d records from %s", replayed, OFFSETS_TOPIC)
+
+    def offsets_topic(self) -> Topic:
+        topic = self._broker.logs.get(OFFSETS_TOPIC)
+        if topic is None:
+            cfg = self._broker.config
+            topic = self._broker.logs.create_topic(
                 OFFSETS_TOPIC,
                 cfg.offsets_topic_num_partitions,
                 {"cleanup.policy": "compact",
                  "segment.bytes": str(cfg.offsets_topic_segment_bytes)},
                 self._broker.clock.now_ms(),
             )
-        replayed = 0
-        for plog in topic.partitions:
-            replayed += self._replay(plog)
-        if replayed:
-            log.info("group coordinator loaded %d records from %s", replayed, OFFSETS_TOPIC)
+        return topic
 
     def _replay(self, plog: PartitionLog) -> int:
         """Apply the log in order; transactional offset commits wait for their marker."""
@@ -138,9 +143,7 @@ class GroupService:
         return self._broker.clock.now_ms()
 
     def _persist(self, write: Write) -> ErrorCode:
-        topic = self._broker.logs.get(OFFSETS_TOPIC)
-        if topic is None:
-            return ErrorCode.coordinator_not_available
+        topic = self.offsets_topic()
         plog = topic.partitions[partition_for(write.group_id, len(topic.partitions))]
         batch = build_batch([(r.key, r.value) for r in write.records], self.now())
         try:

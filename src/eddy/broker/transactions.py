@@ -17,7 +17,7 @@ from eddy.groups.records import (
     partition_for,
 )
 from eddy.log.partition import PartitionLog
-from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.protocol.errors import ErrorCode
 from eddy.protocol.record_batch import (
     CONTROL_BIT,
     TRANSACTIONAL_BIT,
@@ -63,13 +63,8 @@ class TransactionService:
     # ---- start-up ------------------------------------------------------------------------
 
     def load(self) -> None:
-        logs = self._broker.logs
-        topic = logs.get(TXN_TOPIC)
-        if topic is None:
-            topic = logs.create_topic(
-                TXN_TOPIC, self._broker.config.transaction_state_num_partitions,
-                {"cleanup.policy": "compact", "segment.bytes": "104857600"}, self.now())
-        for plog in topic.partitions:
+        topic = self._broker.logs.get(TXN_TOPIC)  # created on first use, not here
+        for plog in topic.partitions if topic is not None else ():
             for seg in plog.segments:
                 for bp in seg.scan():
                     for rec in decode_batch_records(seg.read_at(bp.position, bp.size)):
@@ -103,7 +98,9 @@ class TransactionService:
     def _persist(self, meta: TxnMetadata) -> None:
         topic = self._broker.logs.get(TXN_TOPIC)
         if topic is None:
-            raise KafkaError(ErrorCode.coordinator_not_available, "no transaction state log")
+            topic = self._broker.logs.create_topic(
+                TXN_TOPIC, self._broker.config.transaction_state_num_partitions,
+                {"cleanup.policy": "compact", "segment.bytes": "104857600"}, self.now())
         plog = topic.partitions[partition_for(meta.transactional_id, len(topic.partitions))]
         value = json.dumps(meta.to_json()).encode()
         self._append(plog, build_batch([(_key(meta.transactional_id), value)], self.now()))
@@ -156,9 +153,7 @@ class TransactionService:
         return dict.fromkeys(partitions, code)
 
     def add_offsets(self, txn_id: str, pid: int, epoch: int, group_id: str) -> ErrorCode:
-        topic = self._broker.logs.get(OFFSETS_TOPIC)
-        if topic is None:
-            return ErrorCode.coordinator_not_available
+        topic = self._broker.groups.offsets_topic()
         tp = (OFFSETS_TOPIC, partition_for(group_id, len(topic.partitions)))
         return self.add_partitions(txn_id, pid, epoch, [tp])[tp]
 
@@ -169,9 +164,7 @@ class TransactionService:
             return ErrorCode.invalid_producer_id_mapping
         if meta.producer_epoch != epoch:
             return ErrorCode.producer_fenced
-        topic = self._broker.logs.get(OFFSETS_TOPIC)
-        if topic is None:
-            return ErrorCode.coordinator_not_available
+        topic = self._broker.groups.offsets_topic()
         index = partition_for(group_id, len(topic.partitions))
         if meta.state != "Ongoing" or (OFFSETS_TOPIC, index) not in meta.partitions:
             return ErrorCode.invalid_txn_state  # AddOffsetsToTxn must come first
