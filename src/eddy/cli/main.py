@@ -6,8 +6,6 @@ from typing import Annotated
 
 import typer
 
-from eddy.config import ConfigError, load_config
-
 app = typer.Typer(
     name="eddy",
     help="Eddy: an event-streaming platform that speaks the Kafka protocol.",
@@ -40,6 +38,9 @@ def serve(
     ] = None,
 ) -> None:
     """Run a broker: every role in one process, on 127.0.0.1:9092 with data in ./eddy-data."""
+    # imported here, not at the top: client commands start faster without pydantic
+    from eddy.config import ConfigError, load_config
+
     overrides: dict[str, object] = {}
     for item in set_ or []:
         key, sep, value = item.partition("=")
@@ -65,3 +66,23 @@ def serve(
     except (ValueError, KeyError) as exc:
         typer.echo(f"error: data directory {config.data_dir} is unreadable: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+def _register() -> None:
+    """The client command groups (each in its own module)."""
+    from eddy.cli.cluster import cluster_app
+    from eddy.cli.config_cmd import config_app
+    from eddy.cli.consume import consume
+    from eddy.cli.group import group_app
+    from eddy.cli.produce import produce
+    from eddy.cli.topic import topic_app
+
+    app.add_typer(topic_app, name="topic")
+    app.command("produce")(produce)
+    app.command("consume")(consume)
+    app.add_typer(group_app, name="group")
+    app.add_typer(cluster_app, name="cluster")
+    app.add_typer(config_app, name="config")
+
+
+_register()
