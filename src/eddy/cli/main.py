@@ -76,6 +76,7 @@ def _register() -> None:
     from eddy.cli.group import group_app
     from eddy.cli.produce import produce
     from eddy.cli.topic import topic_app
+    from eddy.cli.txn import txn_app
 
     app.add_typer(topic_app, name="topic")
     app.command("produce")(produce)
@@ -83,6 +84,7 @@ def _register() -> None:
     app.add_typer(group_app, name="group")
     app.add_typer(cluster_app, name="cluster")
     app.add_typer(config_app, name="config")
+    app.add_typer(txn_app, name="txn")
 
 
 _register()

@@ -1,0 +1,1 @@
+"""Client-side helpers for APIs the client libraries do not expose."""
