@@ -19,6 +19,8 @@ never decreasing) and returns a :class:`Step`:
   membership changes apply at once, as in Kafka, and a failed write is handled as Kafka does
   (a failed assignment write sends the error to the members and rebalances, a failed static
   replacement is reverted, a failed deletion leaves the group Empty).
+- ``Step.events``: :class:`GroupEvent` s for traces and metrics (a rebalance completed, a
+  member was removed and why, a group was removed); nothing waits on them.
 
 Timers: before handling a request and after it, every timer due at or before ``now_ms``
 fires (in deadline order, each acting as if at its deadline). The adapter calls
@@ -46,12 +48,27 @@ Public API (all in this module)::
       .write_completed(now_ms, write_id, error=ErrorCode.none) -> Step
       .poll(now_ms) -> Step;  .next_deadline() -> int | None
       .replay(key, value) -> bool      # rebuild from __consumer_offsets after a restart
-      .snapshot(group_id) -> GroupSnapshot | None;  .group_ids();  .pending_request_ids()
+      .snapshot(group_id) -> GroupSnapshot | None;  .committed_offsets(group_id)
+      .group_ids();  .pending_request_ids();  .pending_write_ids()
 
-Kafka's behaviour (the classic ``GroupCoordinator``/``GroupMetadata``) is the reference;
-where this module departs from it, the docstring of the method says so. Member ids are
-``f"{client_id}-{uuid}"`` (``f"{group_instance_id}-{uuid}"`` for static members, as Kafka);
-``uuid_factory`` makes them deterministic in tests.
+Kafka's behaviour (the classic ``GroupCoordinator``/``GroupMetadata``) is the reference.
+Member ids are ``f"{client_id}-{uuid}"`` (``f"{group_instance_id}-{uuid}"`` for static
+members, as Kafka); ``uuid_factory`` makes them deterministic in tests. Deliberate
+departures, each where Kafka is racy, leaks a request or depends on hash order:
+
+- every request gets exactly one answer: requests still waiting for a member that is
+  removed get UNKNOWN_MEMBER_ID (FENCED_INSTANCE_ID when a static member is replaced), and a
+  member that repeats a JoinGroup/SyncGroup while waiting gets the answer on every copy;
+- protocol votes that tie go to the first member's preference (Kafka: hash-map order);
+- every JoinGroup answer of a generation names the same leader (Kafka can name an
+  intermediate id after two replacements of a static leader in a row);
+- DeleteGroups and OffsetDelete are answered once their tombstones are durable; meanwhile
+  a deleted group is Dead (Kafka's transient Dead state), and if the write fails it is Empty
+  again and the error is returned;
+- a group created by a request that failed (bad protocol, too-large metadata...) is
+  forgotten at once rather than at the next retention check;
+- GROUP_MAX_SIZE_REACHED only refuses new members; a rebalance timeout of 0 cannot make a
+  timer fire forever at one instant.
 """
 
 from __future__ import annotations
@@ -87,6 +104,7 @@ __all__ = [
     "DescribedMember",
     "GroupConfig",
     "GroupCoordinator",
+    "GroupEvent",
     "GroupSnapshot",
     "GroupState",
     "HeartbeatResponse",
@@ -316,12 +334,31 @@ class Write:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupEvent:
+    """Something worth a trace span or a metric; never needs an answer.
+
+    ``kind`` is ``"rebalance-complete"`` (``detail``: the leader id; the seed's
+    ``coordinator.rebalance-complete`` span), ``"member-removed"`` (``member_id``; ``detail``:
+    ``leave``, ``session-timeout``, ``join-timeout`` (a new member waited too long),
+    ``rebalance-timeout`` or ``sync-timeout``) or ``"group-removed"`` (``detail``:
+    ``deleted`` or ``expired``).
+    """
+
+    kind: str
+    group_id: str
+    generation_id: int
+    member_id: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Step:
-    """What one call produced: completed responses and records to write."""
+    """What one call produced: completed responses, records to write, events."""
 
     request_id: int | None
     responses: tuple[tuple[int, Response], ...] = ()
     writes: tuple[Write, ...] = ()
+    events: tuple[GroupEvent, ...] = ()
 
     def response_to(self, request_id: int | None = None) -> Response | None:
         """The response to ``request_id`` (default: this step's request) if it completed."""
@@ -399,6 +436,7 @@ class _Group:
     protocol_type: str | None = None
     protocol_name: str | None = None
     leader_id: str | None = None
+    announced_leader: str | None = None  # the leader named in this generation's answers
     members: dict[str, _Member] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)
     pending_members: set[str] = field(default_factory=set)
@@ -520,6 +558,7 @@ class GroupCoordinator:
         self._outstanding: set[int] = set()
         self._responses: list[tuple[int, Response]] = []
         self._writes: list[Write] = []
+        self._events: list[GroupEvent] = []
         self._write_callbacks: dict[int, Callable[[ErrorCode], None]] = {}
         self._timers: dict[_TimerKey, int] = {}
         self._heap: list[tuple[int, int, _TimerKey]] = []
@@ -530,7 +569,7 @@ class GroupCoordinator:
     # plumbing: steps, responses, writes, timers
 
     def _begin(self, now_ms: int, new_request: bool = True) -> int | None:
-        if self._responses or self._writes:  # pragma: no cover - defensive
+        if self._responses or self._writes or self._events:  # pragma: no cover - defensive
             raise RuntimeError("re-entrant call into GroupCoordinator")
         self._advance(now_ms)
         if not new_request:
@@ -542,9 +581,10 @@ class GroupCoordinator:
 
     def _finish(self, rid: int | None) -> Step:
         self._advance(self._now)
-        step = Step(rid, tuple(self._responses), tuple(self._writes))
+        step = Step(rid, tuple(self._responses), tuple(self._writes), tuple(self._events))
         self._responses.clear()
         self._writes.clear()
+        self._events.clear()
         return step
 
     def _respond(self, rid: int, response: Response) -> None:
@@ -822,7 +862,7 @@ class GroupCoordinator:
             generation_id=group.generation,
             protocol_type=group.protocol_type,
             protocol_name=group.protocol_name,
-            leader=(group.leader_id if leader is None else leader) or "",
+            leader=(group.announced_leader if leader is None else leader) or "",
             member_id=member_id,
             members=members,
             skip_assignment=skip_assignment,
@@ -858,8 +898,13 @@ class GroupCoordinator:
         self._maybe_prepare_rebalance(group)
 
     def _update_static_member(self, group: _Group, old_id: str, new_id: str, a: _JoinArgs) -> None:
-        """A static member rejoined with an empty member id: it takes over its old entry."""
-        current_leader = group.leader_id
+        """A static member rejoined with an empty member id: it takes over its old entry.
+
+        Before JoinGroup v9 the answer names the leader announced for the generation (Kafka:
+        the leader id at the time of the replacement, which differs after two replacements
+        of a static leader in a row).
+        """
+        current_leader = group.announced_leader
         member = self._replace_static_member(group, old_id, new_id)
         old = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
         member.protocols = list(a.protocols)
@@ -905,7 +950,11 @@ class GroupCoordinator:
                         # v9+: the leader learns it leads, but skips running the assignor.
                         is_leader = group.leader_id == new_id
                         resp = self._join_response(
-                            group, new_id, with_members=is_leader, skip_assignment=is_leader
+                            group,
+                            new_id,
+                            with_members=is_leader,
+                            leader=group.leader_id or "",
+                            skip_assignment=is_leader,
                         )
                     else:
                         # Before v9 the old leader id is returned so that a restarted leader
@@ -1011,19 +1060,21 @@ class GroupCoordinator:
         group.initial_join = None
         for member in list(group.members.values()):
             if not member.join_waiters and member.group_instance_id is None:
-                self._remove_member_raw(group, member)
+                self._remove_member_raw(group, member, "rebalance-timeout")
         if not self._elect_joined_leader(group) and group.members:
-            # Only static members that did not rejoin are left: wait for them again.
-            self._set_timer(
-                ("join", group.group_id, ""), self._now + group.rebalance_timeout_ms()
-            )
+            # Only static members that did not rejoin are left: wait for them again (at least
+            # 1 ms, so that a zero rebalance timeout cannot spin at one instant).
+            wait = max(group.rebalance_timeout_ms(), 1)
+            self._set_timer(("join", group.group_id, ""), self._now + wait)
             return
         group.generation += 1
         group.pending_sync.clear()
+        group.announced_leader = group.leader_id
         if group.members:
             group.protocol_name = group.select_protocol()
             group.subscribed_topics = self._subscribed_topics(group)
             self._transition(group, GroupState.COMPLETING_REBALANCE)
+            self._event("rebalance-complete", group, detail=group.leader_id or "")
         else:
             group.protocol_name = None
             group.subscribed_topics = self._subscribed_topics(group)
@@ -1082,7 +1133,7 @@ class GroupCoordinator:
         for mid in list(group.pending_sync):
             member = group.members.get(mid)
             if member is not None:
-                self._remove_member_raw(group, member)
+                self._remove_member_raw(group, member, "sync-timeout")
         self._prepare_rebalance(group)
 
     def _reset_and_propagate_assignment_error(self, group: _Group, error: ErrorCode) -> None:
@@ -1109,9 +1160,13 @@ class GroupCoordinator:
     # ------------------------------------------------------------------------------------------
     # member removal and expiry
 
-    def _remove_member_raw(self, group: _Group, member: _Member) -> None:
+    def _event(self, kind: str, group: _Group, member_id: str = "", detail: str = "") -> None:
+        self._events.append(GroupEvent(kind, group.group_id, group.generation, member_id, detail))
+
+    def _remove_member_raw(self, group: _Group, member: _Member, reason: str) -> None:
         """Drop a member; any request it still has waiting gets UNKNOWN_MEMBER_ID."""
         mid = member.member_id
+        self._event("member-removed", group, mid, reason)
         for rid in member.join_waiters:
             self._respond(rid, JoinGroupResponse(ErrorCode.unknown_member_id))
         for rid in member.sync_waiters:
@@ -1129,9 +1184,9 @@ class GroupCoordinator:
         if not group.pending_sync:
             self._cancel_timer(("sync", group.group_id, ""))
 
-    def _remove_member(self, group: _Group, member: _Member) -> None:
+    def _remove_member(self, group: _Group, member: _Member, reason: str) -> None:
         """Kafka's ``removeMemberAndUpdateGroup``: remove, then rebalance or finish the join."""
-        self._remove_member_raw(group, member)
+        self._remove_member_raw(group, member, reason)
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             self._maybe_prepare_rebalance(group)
         elif group.state is GroupState.PREPARING_REBALANCE:
@@ -1145,7 +1200,7 @@ class GroupCoordinator:
             # A member waiting in JoinGroup or SyncGroup needs no heartbeat (Kafka).
             self._schedule_heartbeat(group, member, member.session_timeout_ms)
             return
-        self._remove_member(group, member)
+        self._remove_member(group, member, "join-timeout" if member.is_new else "session-timeout")
 
     def _on_pending_member_expired(self, group: _Group, member_id: str) -> None:
         if member_id in group.pending_members:
@@ -1326,7 +1381,7 @@ class GroupCoordinator:
                 if current is None:
                     error = ErrorCode.unknown_member_id
                 else:
-                    self._remove_member(group, group.members[current])
+                    self._remove_member(group, group.members[current], "leave")
                     error = _NONE
             elif mid in group.pending_members:
                 group.pending_members.discard(mid)
@@ -1336,7 +1391,7 @@ class GroupCoordinator:
             else:
                 error = self._validate_member(group, mid, instance_id)
                 if error is None:
-                    self._remove_member(group, group.members[mid])
+                    self._remove_member(group, group.members[mid], "leave")
                     error = _NONE
             results.append(LeaveGroupMemberResponse(mid, instance_id, error))
         self._respond(rid, LeaveGroupResponse(_NONE, tuple(results)))
@@ -1587,9 +1642,10 @@ class GroupCoordinator:
         assert rid is not None
         results: dict[str, ErrorCode | None] = {}
         waiting: set[str] = set()
+        collecting = [True]
 
         def maybe_respond() -> None:
-            if not waiting:
+            if not waiting and not collecting[0]:
                 final = tuple((g, e if e is not None else _NONE) for g, e in results.items())
                 self._respond(rid, DeleteGroupsResponse(final))
 
@@ -1613,7 +1669,8 @@ class GroupCoordinator:
                     waiting.discard(gid)
                     maybe_respond()
 
-                self._cleanup(group, tps, kill=True, on_done=done)
+                self._cleanup(group, tps, kill=True, on_done=done, reason="deleted")
+        collecting[0] = False
         maybe_respond()
         return self._finish(rid)
 
@@ -1624,6 +1681,7 @@ class GroupCoordinator:
         *,
         kill: bool,
         on_done: Callable[[ErrorCode], None],
+        reason: str = "expired",
     ) -> None:
         """Tombstone ``partitions`` (and the group itself when ``kill``): Kafka's
         ``cleanupGroupMetadata``. The group is Dead until the write completes."""
@@ -1644,6 +1702,7 @@ class GroupCoordinator:
         if not records:
             if kill:
                 del self._groups[gid]
+                self._event("group-removed", group, detail=reason)
             on_done(_NONE)
             return
 
@@ -1657,6 +1716,7 @@ class GroupCoordinator:
                 group.removal_write = None
                 if error == _NONE:
                     del self._groups[gid]
+                    self._event("group-removed", group, detail=reason)
                 else:
                     group.state = GroupState.EMPTY
                     group.state_timestamp = previous_timestamp
@@ -1737,8 +1797,11 @@ class GroupCoordinator:
     def replay(self, key: bytes, value: bytes | None) -> bool:
         """Apply one ``__consumer_offsets`` record, in log order, to rebuild state.
 
-        Meant for groups this coordinator is not serving yet (after a restart, or when it
-        takes over a partition): a group with members comes back Stable with its generation,
+        Group records are meant for groups this coordinator is not serving yet (after a
+        restart, or when it takes over a partition). Offset records may also be replayed into
+        a live coordinator (committed transactional offsets): they apply at once, creating an
+        Empty group with no protocol type if the group is unknown. A group with members
+        comes back Stable with its generation,
         protocol, leader and assignments; without members, Empty. Loaded members must
         heartbeat within their session timeout, counted from the next call with a time.
         Returns False for a record type this coordinator does not know (skipped). Raises
@@ -1779,6 +1842,7 @@ class GroupCoordinator:
             protocol_type=v.protocol_type or None,
             protocol_name=v.protocol,
             leader_id=v.leader,
+            announced_leader=v.leader,
         )
         for m in v.members:
             protocols = [(v.protocol, m.subscription)] if v.protocol is not None else []
