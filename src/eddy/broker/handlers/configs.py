@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from typing import Any
 
 from eddy.broker.broker import Broker
@@ -107,8 +108,6 @@ async def describe_configs(broker: Broker, req: Request) -> Any:
 
 
 def _alter_topic(broker: Broker, name: str, new: dict[str, str], validate_only: bool) -> None:
-    if broker.logs.get(name) is None:
-        raise KafkaError(ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist.")
     try:
         clean = validate_overrides(new)
     except InvalidConfig as exc:
@@ -125,21 +124,19 @@ def _refuse_broker(broker: Broker, name: str) -> None:
                      "EDDY_* environment or `eddy serve --set` and restart")
 
 
-async def alter_configs(broker: Broker, req: Request) -> Any:
-    b = req.body
-    mod = response_module(ApiKey.ALTER_CONFIGS, req.api_version)
+def _alter_each(broker: Broker, resources: Any, mod: Any,
+                topic_overrides: Callable[[Any], dict[str, str]], validate_only: bool
+                ) -> tuple[Any, ...]:
+    """Apply new topic overrides to each resource (brokers are static); one result each."""
     out = []
-    for r in b.resources:
+    for r in resources:
         code, message = ErrorCode.none, None
         try:
             if r.resource_type == TOPIC:
-                new: dict[str, str] = {}
-                for c in r.configs:
-                    if c.value is None:
-                        raise KafkaError(ErrorCode.invalid_request,
-                                         f"null value for config {c.name}")
-                    new[c.name] = c.value
-                _alter_topic(broker, r.resource_name, new, b.validate_only)
+                if broker.logs.get(r.resource_name) is None:
+                    raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                                     f"Topic '{r.resource_name}' does not exist.")
+                _alter_topic(broker, r.resource_name, topic_overrides(r), validate_only)
             elif r.resource_type == BROKER:
                 _refuse_broker(broker, r.resource_name)
             else:
@@ -150,7 +147,25 @@ async def alter_configs(broker: Broker, req: Request) -> Any:
         out.append(build(mod.AlterConfigsResourceResponse, error_code=code,
                          error_message=message, resource_type=r.resource_type,
                          resource_name=r.resource_name))
-    return build(mod.AlterConfigsResponse, throttle_time=_NO_TIME, responses=tuple(out))
+    return tuple(out)
+
+
+def _replacement(resource: Any) -> dict[str, str]:
+    """AlterConfigs replaces every override of the topic with the ones given."""
+    new: dict[str, str] = {}
+    for c in resource.configs:
+        if c.value is None:
+            raise KafkaError(ErrorCode.invalid_request, f"null value for config {c.name}")
+        new[c.name] = c.value
+    return new
+
+
+async def alter_configs(broker: Broker, req: Request) -> Any:
+    b = req.body
+    mod = response_module(ApiKey.ALTER_CONFIGS, req.api_version)
+    return build(mod.AlterConfigsResponse, throttle_time=_NO_TIME,
+                 responses=_alter_each(broker, b.resources, mod, _replacement,
+                                       b.validate_only))
 
 
 def _incremental(current: dict[str, str], ops: Any) -> dict[str, str]:
@@ -192,26 +207,10 @@ def _incremental(current: dict[str, str], ops: Any) -> dict[str, str]:
 async def incremental_alter_configs(broker: Broker, req: Request) -> Any:
     b = req.body
     mod = response_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, req.api_version)
-    out = []
-    for r in b.resources:
-        code, message = ErrorCode.none, None
-        try:
-            if r.resource_type == TOPIC:
-                topic = broker.logs.get(r.resource_name)
-                if topic is None:
-                    raise KafkaError(ErrorCode.unknown_topic_or_partition,
-                                     f"Topic '{r.resource_name}' does not exist.")
-                new = _incremental(topic.configs, r.configs)
-                _alter_topic(broker, r.resource_name, new, b.validate_only)
-            elif r.resource_type == BROKER:
-                _refuse_broker(broker, r.resource_name)
-            else:
-                raise KafkaError(ErrorCode.invalid_request,
-                                 f"unsupported resource type {r.resource_type}")
-        except KafkaError as exc:
-            code, message = exc.code, exc.message
-        out.append(build(mod.AlterConfigsResourceResponse, error_code=code,
-                         error_message=message, resource_type=r.resource_type,
-                         resource_name=r.resource_name))
+
+    def overrides(resource: Any) -> dict[str, str]:
+        return _incremental(broker.logs.topics[resource.resource_name].configs,
+                            resource.configs)
+
     return build(mod.IncrementalAlterConfigsResponse, throttle_time=_NO_TIME,
-                 responses=tuple(out))
+                 responses=_alter_each(broker, b.resources, mod, overrides, b.validate_only))
