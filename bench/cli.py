@@ -59,6 +59,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="also run the consumer-group phase (bench/groups.py): subscribe to "
                          "first record, rebalance of 10+1 members; --phases groups runs it "
                          "alone")
+    ap.add_argument("--txn", action="store_true",
+                    help="also run the exactly-once phase (bench/txn.py): transactions/s and "
+                         "the cost of idempotence; --phases txn runs it alone")
     ap.add_argument("--eddy-arg", action="append", default=[], metavar="ARG",
                     help="extra argument for `eddy serve` (repeatable), e.g. "
                          "--eddy-arg=--set --eddy-arg=log.flush.interval.messages=1")
@@ -80,7 +83,9 @@ def options(a: argparse.Namespace) -> Options:
     phases = {p.strip() for p in a.phases.split(",") if p.strip()}
     if a.groups:
         phases.add("groups")
-    bad = phases - {"produce", "consume", "latency", "groups"}
+    if a.txn:
+        phases.add("txn")
+    bad = phases - {"produce", "consume", "latency", "groups", "txn"}
     if bad:
         raise SystemExit(f"unknown phases: {', '.join(sorted(bad))}")
     return Options(
@@ -184,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
 
         bench_groups.register_rows()
         notes += bench_groups.notes()
+    if "txn" in opts.phases:
+        from bench import txn as bench_txn
+
+        bench_txn.register_rows()
+        notes += bench_txn.notes(opts)
     title = "Eddy benchmark" + (" (smoke: tiny sizes, numbers are meaningless)" if a.smoke
                                 else "")
     for name, res in results.items():

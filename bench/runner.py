@@ -373,6 +373,10 @@ def run_broker(broker: BrokerProcess, opts: Options) -> dict[str, Any]:
             from bench import groups as bench_groups
 
             res["groups"] = _phase(res, "groups", lambda: bench_groups.run(broker, opts))
+        if "txn" in opts.phases:  # python -m bench --txn: see bench/txn.py
+            from bench import txn as bench_txn
+
+            res["txn"] = _phase(res, "txn", lambda: bench_txn.run(broker, opts))
         res["rss"]["after_mib"] = _mib(rss_bytes(broker.pid))
         res["rss"]["peak_mib"] = _mib(peak_rss_bytes(broker.pid))
     except Exception as exc:

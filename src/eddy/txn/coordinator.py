@@ -161,19 +161,20 @@ class TransactionCoordinator:
         for meta in self.txns.values():
             if meta.state == ONGOING and now - meta.start_ms > meta.timeout_ms:
                 markers = self._prepare(meta, commit=False, now=now)
-                meta.producer_epoch += 1
+                # the markers carry the next epoch: the timed-out producer is fenced on
+                # every partition of the transaction (Kafka's prepareFenceProducerEpoch)
+                meta.producer_epoch = min(meta.producer_epoch + 1, MAX_EPOCH)
                 out.append(Markers(markers.transactional_id, markers.producer_id,
-                                   markers.producer_epoch, False, markers.partitions))
+                                   meta.producer_epoch, False, markers.partitions))
         return out
 
     def recovered(self) -> list[Markers]:
-        """After a restart: prepared transactions complete, ongoing ones abort."""
-        out = []
-        for meta in self.txns.values():
-            if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
-                out.append(Markers(meta.transactional_id, meta.producer_id,
-                                   meta.producer_epoch, meta.state == PREPARE_COMMIT,
-                                   frozenset(meta.partitions)))
-            elif meta.state == ONGOING:
-                out.append(self._prepare(meta, commit=False, now=meta.last_update_ms))
-        return out
+        """After a restart: prepared transactions complete. Ongoing ones stay open, as in
+        Kafka: their producer may still commit, and if it is gone the transaction timeout
+        aborts them (with the fencing epoch bump of expired())."""
+        return [
+            Markers(meta.transactional_id, meta.producer_id, meta.producer_epoch,
+                    meta.state == PREPARE_COMMIT, frozenset(meta.partitions))
+            for meta in self.txns.values()
+            if meta.state in (PREPARE_COMMIT, PREPARE_ABORT)
+        ]
