@@ -61,3 +61,25 @@ def test_operators_see_producers_and_transactions(eddy) -> None:  # type: ignore
         assert state.transaction_state == "CompleteCommit"
     finally:
         raw.close()
+
+
+def test_describe_log_dirs_reports_partition_sizes(eddy) -> None:  # type: ignore[no-untyped-def]
+    admin = AdminClient({"bootstrap.servers": eddy.bootstrap})
+    admin.create_topics([NewTopic("sized", 2, 1)])["sized"].result(10)
+    p = Producer({"bootstrap.servers": eddy.bootstrap})
+    for _ in range(10):
+        p.produce("sized", value=b"x" * 1000, partition=1)
+    assert p.flush(10) == 0
+    raw = RawClient(eddy.port)
+    try:
+        m = _mod(35, 4)
+        resp = raw.call(m.DescribeLogDirsRequest(topics=(
+            m.DescribableLogDirTopic(topic="sized", partitions=(0, 1)),)))
+    finally:
+        raw.close()
+    (result,) = resp.results
+    assert result.error_code == 0 and result.log_dir.endswith("topics")
+    assert result.total_bytes > 0 and result.usable_bytes > 0
+    (topic,) = result.topics
+    sizes = {p.partition_index: p.partition_size for p in topic.partitions}
+    assert sizes[0] == 0 and sizes[1] > 10_000
