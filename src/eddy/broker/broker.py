@@ -91,7 +91,7 @@ class Broker:
                 if not plog.config.compact:
                     continue
                 state = self.producers.of(plog)
-                lso = min(state.ongoing_first_offsets() or [plog.high_watermark])
+                lso = self.producers.last_stable_offset(plog)
                 active = {pid: e.batches[-1].last_offset
                           for pid, e in state.producers.items() if e.batches}
                 try:

@@ -36,6 +36,11 @@ class ProducerStates:
             mgr = self._by_log[id(plog)] = self._load(plog)
         return mgr
 
+    def last_stable_offset(self, plog: PartitionLog) -> int:
+        """The LSO: below the first offset of any open transaction, at most the HWM."""
+        first = self.of(plog).first_ongoing_offset()
+        return plog.high_watermark if first is None else min(first, plog.high_watermark)
+
     def forget(self, plog: PartitionLog) -> None:
         self._by_log.pop(id(plog), None)
 

@@ -148,9 +148,10 @@ class ProducerStateManager:
     def prune_aborted(self, log_start_offset: int) -> None:
         self.aborted = [a for a in self.aborted if a[2] >= log_start_offset]
 
-    def ongoing_first_offsets(self) -> list[int]:
-        return sorted(e.txn_first_offset for e in self.producers.values()
-                      if e.txn_first_offset >= 0)
+    def first_ongoing_offset(self) -> int | None:
+        """First offset of the oldest open transaction, None when none is open."""
+        return min((e.txn_first_offset for e in self.producers.values()
+                    if e.txn_first_offset >= 0), default=None)
 
     def truncate_after(self, offset: int) -> None:
         """Drop batches at or beyond offset (the log was truncated there)."""

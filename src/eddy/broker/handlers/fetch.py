@@ -53,12 +53,6 @@ def _resolve(broker: Broker, body: Any, version: int) -> list[list[_Wanted]]:
     return topics
 
 
-def stable_offset(broker: Broker, plog: PartitionLog) -> int:
-    """The last stable offset: below the first offset of any open transaction."""
-    ongoing = broker.producers.of(plog).ongoing_first_offsets()
-    return min(ongoing[0], plog.high_watermark) if ongoing else plog.high_watermark
-
-
 def _read_all(
     broker: Broker, topics: list[list[_Wanted]], max_bytes: int, read_committed: bool
 ) -> tuple[list[list[tuple[_Wanted, ErrorCode, FetchSlice | bytes]]], int]:
@@ -78,7 +72,8 @@ def _read_all(
                         else ErrorCode.unknown_leader_epoch)
                 res_row.append((w, code, b""))
                 continue
-            limit = stable_offset(broker, plog) if read_committed else plog.high_watermark
+            limit = (broker.producers.last_stable_offset(plog) if read_committed
+                     else plog.high_watermark)
             try:
                 sl = plog.read(w.offset, min(w.max_bytes, budget), limit, min_one=first)
             except KafkaError as exc:
@@ -122,7 +117,7 @@ async def handle(broker: Broker, req: Request) -> Any:
         for w, code, data in row:
             plog = w.plog
             hwm = plog.high_watermark if plog is not None else -1
-            lso = stable_offset(broker, plog) if plog is not None else -1
+            lso = broker.producers.last_stable_offset(plog) if plog is not None else -1
             aborted = None
             if read_committed:
                 aborted = []

@@ -6,7 +6,6 @@ import datetime
 from typing import Any
 
 from eddy.broker.broker import Broker
-from eddy.broker.handlers.fetch import stable_offset
 from eddy.log.partition import PartitionLog
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
@@ -75,7 +74,7 @@ async def handle(broker: Broker, req: Request) -> Any:
                         else ErrorCode.unknown_leader_epoch)
             else:
                 try:
-                    latest = (stable_offset(broker, plog) if read_committed
+                    latest = (broker.producers.last_stable_offset(plog) if read_committed
                               else plog.high_watermark)
                     ts, off = _lookup(plog, p.timestamp, latest)
                 except KafkaError as exc:
