@@ -72,6 +72,7 @@ def _register() -> None:
     """The client command groups (each in its own module)."""
     from eddy.cli.cluster import cluster_app
     from eddy.cli.config_cmd import config_app
+    from eddy.cli.connect import connect_app
     from eddy.cli.consume import consume
     from eddy.cli.group import group_app
     from eddy.cli.produce import produce
@@ -85,6 +86,7 @@ def _register() -> None:
     app.add_typer(cluster_app, name="cluster")
     app.add_typer(config_app, name="config")
     app.add_typer(txn_app, name="txn")
+    app.add_typer(connect_app, name="connect")
 
 
 _register()

@@ -1,0 +1,200 @@
+"""`eddy connect`: run data pipelines (YAML files) on Apache Spark."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from eddy.cli.common import (
+    CliError,
+    Output,
+    OutputOpt,
+    handle_errors,
+    parse_kv,
+    print_json,
+    render_table,
+    resolve_output,
+)
+
+connect_app = typer.Typer(
+    help="Data pipelines on Apache Spark: source -> transforms -> sinks, from a YAML file.",
+    no_args_is_help=True,
+)
+
+FileArg = Annotated[str, typer.Argument(help="the pipeline file (YAML)", metavar="FILE")]
+
+
+def _load(path: str) -> Any:
+    from eddy.connect.spec import SpecError, load_pipeline
+
+    try:
+        return load_pipeline(path)
+    except SpecError as exc:
+        raise CliError("the pipeline file has problems:\n  " + "\n  ".join(exc.problems)
+                       ) from None
+
+
+@connect_app.command("validate")
+@handle_errors
+def validate(file: FileArg, output: OutputOpt = None) -> None:
+    """Check a pipeline file: every problem with its line and field (no Spark started)."""
+    p = _load(file)
+    summary = {
+        "name": p.name, "source": p.source.type,
+        "transforms": [next(iter(type(t).model_fields)) for t in p.transforms],
+        "sinks": [k.type for k in p.sinks], "trigger": p.trigger,
+        "checkpoint": str(p.checkpoint_dir()),
+        "dead_letter": "/".join(p.dead_letter_target() or ()) or None,
+    }
+    if resolve_output(output) is Output.json:
+        print_json(summary)
+    else:
+        typer.echo(f"{file}: ok: pipeline {p.name}: {p.source.type} -> "
+                   f"{len(p.transforms)} transform(s) -> "
+                   f"{', '.join(summary['sinks'])}")
+
+
+@connect_app.command("list-connectors")
+@handle_errors
+def list_connectors(output: OutputOpt = None) -> None:
+    """Sources, transforms and sinks a pipeline can use."""
+    from eddy.connect.connectors import CONNECTORS, describe
+
+    rows = [{"kind": c.kind, "name": c.name, "description": describe(c)} for c in CONNECTORS]
+    fmt = resolve_output(output)
+    if fmt is Output.json:
+        print_json(rows)
+    else:
+        render_table(fmt, ["kind", "name", "description"],
+                     [[r["kind"], r["name"], r["description"]] for r in rows])
+
+
+@connect_app.command("spec")
+@handle_errors
+def spec_cmd(name: Annotated[str, typer.Argument(
+        help="a connector: eddy, datagen, files, stdout, webhook, a transform, "
+             "or KIND/NAME such as sink/files")]) -> None:
+    """A connector's configuration as JSON Schema (Airbyte's `spec`)."""
+    from eddy.connect.connectors import CONNECTORS, find, json_schema
+
+    found = find(name)
+    if not found:
+        known = sorted({f"{c.kind}/{c.name}" for c in CONNECTORS})
+        raise CliError(f"no connector {name!r}; known: {', '.join(known)}")
+    if len(found) == 1:
+        print_json(json_schema(found[0]))
+    else:
+        print_json({c.kind: json_schema(c) for c in found})
+
+
+@connect_app.command("check")
+@handle_errors
+def check_cmd(file: FileArg, output: OutputOpt = None) -> None:
+    """Can the pipeline reach its source, sinks, dead-letter topic and checkpoint?"""
+    from eddy.connect.connectors import check
+
+    checks = check(_load(file))
+    failed = [c for c in checks if not c.ok]
+    fmt = resolve_output(output)
+    if fmt is Output.json:
+        print_json({"status": "FAILED" if failed else "SUCCEEDED",
+                    "checks": [{"what": c.what, "ok": c.ok, "message": c.message}
+                               for c in checks]})
+    else:
+        for c in checks:
+            typer.echo(f"{'ok ' if c.ok else 'FAIL'}  {c.what}: {c.message}")
+    if failed:
+        raise typer.Exit(1)
+
+
+def _spark(master: str | None, conf: list[str] | None, pipeline: Any) -> Any:
+    from eddy.connect.spark import make_session
+
+    settings = dict(pipeline.spark)
+    settings.update(dict(parse_kv(conf, "--conf")))
+    return make_session(master, app_name=f"eddy-connect-{pipeline.name}", conf=settings)
+
+
+MasterOpt = Annotated[str | None, typer.Option(
+    "--master", help="Spark master: local[*] (default), local[N], spark://HOST:PORT, yarn...")]
+ConfOpt = Annotated[list[str] | None, typer.Option(
+    "--conf", metavar="KEY=VALUE", help="a Spark setting (repeatable)")]
+
+
+@connect_app.command("discover")
+@handle_errors
+def discover(file: FileArg, master: MasterOpt = None, conf: ConfOpt = None,
+             sample: Annotated[int, typer.Option(help="records sampled")] = 100,
+             output: OutputOpt = None) -> None:
+    """The source's streams and schema, and what parse_json would infer (starts Spark)."""
+    from eddy.connect import sources
+    from eddy.connect.batch import INTERNAL_COLUMNS
+    from eddy.connect.transforms import compile_plan, infer_json_schema
+
+    p = _load(file)
+    spark = _spark(master, conf, p)
+    df = sources.sample(spark, p, sample)
+    fields = [f for f in df.schema.fields if f.name not in INTERNAL_COLUMNS]
+    result: dict[str, Any] = {
+        "source": p.source.type,
+        "schema": {f.name: f.dataType.simpleString() for f in fields},
+    }
+    rows = df.collect()
+    result["sampled_records"] = len(rows)
+    if "topic" in df.columns:
+        result["streams"] = sorted({f"{r['topic']}/{r['partition']}" for r in rows})
+    for i, t in enumerate(p.transforms):
+        kind = next(iter(type(t).model_fields))
+        if kind == "parse_json":
+            before, _ = compile_plan(p.transforms[:i], {}).run(df)
+            field = t.parse_json.field
+            texts = [r[0] for r in before.selectExpr(f"CAST(`{field}` AS STRING)").collect()]
+            result[f"transforms[{i}].parse_json"] = (
+                t.parse_json.schema_ or infer_json_schema(spark, texts))
+    if resolve_output(output) is Output.json:
+        print_json(result)
+    else:
+        for key, value in result.items():
+            typer.echo(f"{key}: {json.dumps(value) if not isinstance(value, str) else value}")
+
+
+@connect_app.command("run")
+@handle_errors
+def run_cmd(
+    file: FileArg,
+    master: MasterOpt = None,
+    conf: ConfOpt = None,
+    available_now: Annotated[bool, typer.Option(
+        "--available-now", help="process what is there now, then stop")] = False,
+    max_seconds: Annotated[float | None, typer.Option(
+        help="stop after this many seconds")] = None,
+) -> None:
+    """Run a pipeline as a Spark Structured Streaming query, with live progress.
+
+    A restart with the same checkpoint resumes after the last completed batch.
+    """
+    from eddy.connect.progress import ProgressView
+    from eddy.connect.runtime import PipelineError, run
+
+    p = _load(file)
+    if available_now:
+        p = p.model_copy(update={"trigger": "available-now"})
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                        stream=sys.stderr)
+    spark = _spark(master, conf, p)
+    view = ProgressView(p.name)
+    typer.echo(f"pipeline {p.name}: running on {spark.sparkContext.master}, "
+               f"checkpoint {p.checkpoint_dir()}", err=True)
+    try:
+        prepared = run(spark, p, on_progress=view.update, max_seconds=max_seconds)
+    except PipelineError as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        view.close()
+    dead = sum(b.dead_letters for b in prepared.batches)
+    typer.echo(f"pipeline {p.name}: stopped after {view.total_rows} record(s), "
+               f"{dead} dead letter(s)", err=True)

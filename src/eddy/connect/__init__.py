@@ -1,0 +1,1 @@
+"""Data pipelines on Apache Spark: pipeline files, Spark data sources, transforms, sinks."""

@@ -1,0 +1,52 @@
+"""What every sink is told about the micro-batch it writes, and how it hands over bad rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+#: column a transform sets to say why a row failed (NULL on a good row)
+ERROR_COLUMN = "_eddy_error"
+#: column naming the source position of a row, e.g. "orders/0@42" (topic/partition@offset)
+POSITION_COLUMN = "_eddy_position"
+#: column a `route` transform sets to the target topic
+TOPIC_COLUMN = "_eddy_topic"
+#: the source record's own key and value, kept so a dead letter carries the original bytes
+RAW_KEY_COLUMN = "_eddy_raw_key"
+RAW_VALUE_COLUMN = "_eddy_raw_value"
+INTERNAL_COLUMNS = (ERROR_COLUMN, POSITION_COLUMN, TOPIC_COLUMN, RAW_KEY_COLUMN, RAW_VALUE_COLUMN)
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """One micro-batch: Spark's batch id and the pipeline run it belongs to.
+
+    `run_id` names one checkpoint's life: Spark restarts batch ids at 0 when a
+    checkpoint is deleted, so (run_id, batch_id) is what a sink may deduplicate on.
+    """
+
+    batch_id: int
+    run_id: str
+
+
+class DeadLetters(Protocol):
+    """Takes rows that could not be delivered; each row keeps its columns, and `error`
+    says why. The rows end up in the dead-letter topic (eddy.connect.deadletter)."""
+
+    def send(self, df: DataFrame, error: str | None, batch: BatchInfo) -> int:
+        """Write `df`'s rows (with ERROR_COLUMN if `error` is None); returns rows sent."""
+        ...
+
+
+class BatchSink(Protocol):
+    """A sink the runtime calls once per micro-batch, from foreachBatch on the driver."""
+
+    name: str
+
+    def write(self, df: DataFrame, batch: BatchInfo) -> None:
+        """Write the batch's good rows (internal columns already dropped, except
+        TOPIC_COLUMN for sinks that route). Raise to fail the batch: Spark retries it."""
+        ...

@@ -1,0 +1,282 @@
+"""Options of `format("eddy")`, by Spark's Kafka source names, and offset resolution.
+
+Spark users already know `format("kafka")`: the same option names work here
+(`kafka.bootstrap.servers`, `subscribe`, `subscribePattern`, `assign`,
+`startingOffsets`, `endingOffsets`, `startingTimestamp`,
+`startingOffsetsByTimestamp`, `maxOffsetsPerTrigger`, `includeHeaders`, and
+`kafka.<property>` for the client). Offsets travel as `{"topic/partition": offset}`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+EARLIEST = -2
+LATEST = -1
+#: how long one metadata or list-offsets call may take
+ADMIN_TIMEOUT_S = 15.0
+
+#: Spark's row schema for Kafka records (headers only with includeHeaders)
+BASE_SCHEMA = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset LONG, "
+    "timestamp TIMESTAMP, timestampType INT"
+)
+HEADERS_FIELD = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+
+
+class OptionError(ValueError):
+    """A bad `format("eddy")` option; the message names the option."""
+
+
+def key_of(topic: str, partition: int) -> str:
+    return f"{topic}/{partition}"
+
+
+def split_key(key: str) -> tuple[str, int]:
+    topic, _, partition = key.rpartition("/")
+    return topic, int(partition)
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "1", "yes"):
+        return True
+    if raw.strip().lower() in ("false", "0", "no"):
+        return False
+    raise OptionError(f"option {name}: expected true or false, got {raw!r}")
+
+
+def _int(options: Mapping[str, str], name: str, minimum: int = 0) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise OptionError(f"option {name}: expected an integer, got {raw!r}") from None
+    if value < minimum:
+        raise OptionError(f"option {name}: must be at least {minimum}, got {value}")
+    return value
+
+
+def _json(options: Mapping[str, str], name: str) -> Any:
+    try:
+        return json.loads(options[name])
+    except json.JSONDecodeError as exc:
+        raise OptionError(f"option {name}: not valid JSON ({exc.msg})") from None
+
+
+def _offsets_spec(raw: Any, name: str) -> str | dict[str, int]:
+    """'earliest' | 'latest' | {"topic": {"0": 23, "1": -2}} -> keyed offsets."""
+    if isinstance(raw, str) and raw in ("earliest", "latest"):
+        return raw
+    if not isinstance(raw, dict):
+        raise OptionError(
+            f'option {name}: expected earliest, latest or JSON like {{"topic":{{"0":23}}}}'
+        )
+    out: dict[str, int] = {}
+    for topic, parts in raw.items():
+        if not isinstance(parts, dict):
+            raise OptionError(f"option {name}: {topic!r} must map partitions to offsets")
+        for partition, offset in parts.items():
+            if not str(partition).lstrip("-").isdigit() or not isinstance(offset, int):
+                raise OptionError(
+                    f"option {name}: {topic}/{partition} must be an integer offset"
+                )
+            out[key_of(topic, int(partition))] = offset
+    return out
+
+
+@dataclass(frozen=True)
+class KafkaOptions:
+    bootstrap: str
+    subscribe: tuple[str, ...] = ()
+    pattern: str | None = None
+    assign: tuple[tuple[str, int], ...] = ()
+    starting: str | dict[str, int] = "earliest"
+    ending: str | dict[str, int] = "latest"
+    starting_timestamp: int | None = None
+    starting_by_timestamp: dict[str, int] = field(default_factory=dict)
+    max_offsets_per_trigger: int | None = None
+    include_headers: bool = True
+    client: dict[str, str] = field(default_factory=dict)
+    topic: str | None = None  # writing: the fixed target topic
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, reading: bool = True) -> KafkaOptions:
+        opts = {str(k): str(v) for k, v in options.items()}
+        lower = {k.lower(): v for k, v in opts.items()}
+        bootstrap = lower.get("kafka.bootstrap.servers")
+        if not bootstrap:
+            raise OptionError("option kafka.bootstrap.servers is required (HOST:PORT)")
+        client = {
+            k[len("kafka."):]: v for k, v in opts.items()
+            if k.lower().startswith("kafka.") and k.lower() != "kafka.bootstrap.servers"
+        }
+        subscribe = tuple(
+            t.strip() for t in lower.get("subscribe", "").split(",") if t.strip()
+        )
+        pattern = lower.get("subscribepattern")
+        assign: tuple[tuple[str, int], ...] = ()
+        if "assign" in lower:
+            raw = _json(lower, "assign")
+            if not isinstance(raw, dict) or not all(
+                isinstance(v, list) and all(isinstance(p, int) for p in v) for v in raw.values()
+            ):
+                raise OptionError('option assign: expected JSON like {"topic":[0,1]}')
+            assign = tuple((t, p) for t, ps in raw.items() for p in ps)
+        if reading:
+            chosen = [n for n, v in (("subscribe", subscribe), ("subscribePattern", pattern),
+                                     ("assign", assign)) if v]
+            if len(chosen) != 1:
+                raise OptionError(
+                    "set exactly one of the options subscribe, subscribePattern or assign"
+                )
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise OptionError(f"option subscribePattern: bad regex ({exc})") from None
+        starting: str | dict[str, int] = "earliest" if reading else "latest"
+        if "startingoffsets" in lower:
+            raw_start = lower["startingoffsets"]
+            value = raw_start if raw_start in ("earliest", "latest") else _json(
+                lower, "startingoffsets")
+            starting = _offsets_spec(value, "startingOffsets")
+        ending: str | dict[str, int] = "latest"
+        if "endingoffsets" in lower:
+            raw_end = lower["endingoffsets"]
+            value = raw_end if raw_end in ("earliest", "latest") else _json(
+                lower, "endingoffsets")
+            ending = _offsets_spec(value, "endingOffsets")
+        by_ts: dict[str, int] = {}
+        if "startingoffsetsbytimestamp" in lower:
+            raw_ts = _json(lower, "startingoffsetsbytimestamp")
+            spec = _offsets_spec(raw_ts, "startingOffsetsByTimestamp")
+            by_ts = spec if isinstance(spec, dict) else {}
+            if not by_ts:
+                raise OptionError(
+                    'option startingOffsetsByTimestamp: expected {"topic":{"0":1700000000000}}'
+                )
+        return cls(
+            bootstrap=bootstrap,
+            subscribe=subscribe,
+            pattern=pattern,
+            assign=assign,
+            starting=starting,
+            ending=ending,
+            starting_timestamp=_int(lower, "startingtimestamp"),
+            starting_by_timestamp=by_ts,
+            max_offsets_per_trigger=_int(lower, "maxoffsetspertrigger", minimum=1),
+            include_headers=_bool(lower, "includeheaders", True),
+            client=client,
+            topic=lower.get("topic"),
+        )
+
+    def schema(self) -> str:
+        return f"{BASE_SCHEMA}, {HEADERS_FIELD}" if self.include_headers else BASE_SCHEMA
+
+    def client_config(self, **overrides: Any) -> dict[str, Any]:
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "log_level": 3}
+        conf.update(overrides)
+        conf.update(self.client)
+        return conf
+
+
+# ---- the cluster, seen from the driver ----------------------------------------------------
+
+
+class Cluster:
+    """Topic metadata and offsets through a Kafka AdminClient (driver side)."""
+
+    def __init__(self, options: KafkaOptions) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.options = options
+        self.admin = AdminClient(options.client_config(**{"client.id": "eddy-connect"}))
+        self.read_committed = (
+            options.client.get("isolation.level", "read_committed") == "read_committed"
+        )
+
+    def partitions(self) -> list[tuple[str, int]]:
+        """The partitions the options select, now (new partitions and topics included)."""
+        opts = self.options
+        if opts.assign:
+            return sorted(opts.assign)
+        md = self.admin.list_topics(timeout=ADMIN_TIMEOUT_S)
+        if opts.subscribe:
+            names = [t for t in opts.subscribe if t in md.topics]
+        else:
+            assert opts.pattern is not None
+            rx = re.compile(opts.pattern)
+            names = [t for t in md.topics if rx.fullmatch(t) and not t.startswith("__")]
+        out: list[tuple[str, int]] = []
+        for name in names:
+            meta = md.topics[name]
+            if meta.error is not None:
+                continue
+            out.extend((name, p) for p in meta.partitions)
+        return sorted(out)
+
+    def list_offsets(self, specs: Mapping[tuple[str, int], int]) -> dict[str, int]:
+        """{(topic, partition): EARLIEST|LATEST|timestamp>=0} -> {"topic/p": offset}.
+        Latest is the last stable offset under read_committed, as a consumer sees it."""
+        if not specs:
+            return {}
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+        def spec_of(value: int) -> Any:
+            if value == EARLIEST:
+                return OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+            if value == LATEST:
+                return OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            return OffsetSpec.for_timestamp(value)
+
+        request = {TopicPartition(t, p): spec_of(v) for (t, p), v in specs.items()}
+        level = (IsolationLevel.READ_COMMITTED if self.read_committed
+                 else IsolationLevel.READ_UNCOMMITTED)
+        futures = self.admin.list_offsets(
+            request, isolation_level=level, request_timeout=ADMIN_TIMEOUT_S
+        )
+        out: dict[str, int] = {}
+        latest: list[tuple[str, int]] = []
+        for tp, future in futures.items():
+            offset = future.result().offset
+            if offset < 0:  # a timestamp after the last record: start at the end
+                latest.append((tp.topic, tp.partition))
+            else:
+                out[key_of(tp.topic, tp.partition)] = offset
+        if latest:
+            out.update(self.list_offsets({tp: LATEST for tp in latest}))
+        return out
+
+    def latest(self, partitions: list[tuple[str, int]]) -> dict[str, int]:
+        return self.list_offsets({tp: LATEST for tp in partitions})
+
+    def resolve(self, spec: str | dict[str, int], partitions: list[tuple[str, int]],
+                timestamp: int | None = None, by_timestamp: Mapping[str, int] | None = None,
+                ) -> dict[str, int]:
+        """Concrete offsets for every partition, from a starting/ending offsets spec."""
+        wanted: dict[tuple[str, int], int] = {}
+        for tp in partitions:
+            key = key_of(*tp)
+            if by_timestamp and key in by_timestamp:
+                wanted[tp] = by_timestamp[key]
+            elif timestamp is not None:
+                wanted[tp] = timestamp
+            elif isinstance(spec, dict):
+                wanted[tp] = spec.get(key, EARLIEST)
+            else:
+                wanted[tp] = EARLIEST if spec == "earliest" else LATEST
+        by_time = timestamp is not None or bool(by_timestamp)
+        concrete = {key_of(*tp): v for tp, v in wanted.items() if v >= 0 and not by_time}
+        symbolic = {tp: v for tp, v in wanted.items() if key_of(*tp) not in concrete}
+        concrete.update(self.list_offsets(symbolic))
+        return concrete

@@ -1,0 +1,419 @@
+"""`format("eddy")`: Kafka topics as a Spark data source, for batch and streaming, both ways.
+
+Reading: one Spark input partition per topic partition; a task consumes its
+offset range through a Kafka client (librdkafka), so it works against any
+Kafka-compatible broker, and yields pyarrow RecordBatches with Spark's Kafka row
+schema. Streaming offsets are `{"topic/partition": next_offset}`; partitions that
+appear later (new topics matching a pattern, added partitions) start at earliest.
+
+Writing: rows with `value` (and optionally `key`, `topic`, `partition`, `headers`)
+are produced with librdkafka's murmur2 partitioner (Java-compatible key hashing);
+the `topic` option overrides a `topic` column, as in Spark's Kafka sink.
+Delivery is at-least-once: a task fails if any record is not acknowledged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from eddy.connect.kafka_options import (
+    Cluster,
+    KafkaOptions,
+    OptionError,
+    key_of,
+    split_key,
+)
+
+#: records per pyarrow batch handed to Spark
+ARROW_BATCH = 50_000
+#: a task gives up when a partition yields nothing new for this long
+STALL_TIMEOUT_S = 60.0
+
+
+class TopicRange(InputPartition):
+    """Offsets [start, end) of one topic partition: one Spark task."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__(key_of(topic, partition))
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+    def __repr__(self) -> str:
+        return f"TopicRange({self.topic}/{self.partition} [{self.start}, {self.end}))"
+
+
+def plan_ranges(start: dict[str, int], end: dict[str, int]) -> list[TopicRange]:
+    """One range per partition with something to read; new partitions start at 0
+    (the consumer resets to the log start offset if 0 is gone)."""
+    ranges: list[TopicRange] = []
+    for key in sorted(end):
+        topic, partition = split_key(key)
+        lo, hi = int(start.get(key, 0)), int(end[key])
+        if hi > lo:
+            ranges.append(TopicRange(topic, partition, lo, hi))
+    return ranges
+
+
+def limit_offsets(start: dict[str, int], latest: dict[str, int], max_rows: int
+                  ) -> dict[str, int]:
+    """Split a max-records budget over partitions in proportion to what each has
+    waiting (Spark's maxOffsetsPerTrigger); every partition with data gets >= 1."""
+    lag = {k: max(0, v - int(start.get(k, 0))) for k, v in latest.items()}
+    total = sum(lag.values())
+    if total <= max_rows:
+        return dict(latest)
+    out: dict[str, int] = {}
+    for key, waiting in lag.items():
+        base = int(start.get(key, 0))
+        share = max(1, waiting * max_rows // total) if waiting else 0
+        out[key] = base + min(waiting, share) if waiting else latest[key]
+    return out
+
+
+# ---- reading a range (runs on the executors) ----------------------------------------------
+
+
+def _arrow_batch(msgs: list[Any], include_headers: bool, schema: Any) -> Any:
+    """Columns straight from librdkafka's Message objects: one C-level map per column,
+    arithmetic in pyarrow (this is the per-record hot path of every read)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from confluent_kafka import Message
+
+    types, stamps = zip(*map(Message.timestamp, msgs), strict=True)
+    ts_ms = pa.array(stamps, pa.int64())
+    columns: list[Any] = [
+        pa.array(list(map(Message.key, msgs)), pa.binary()),
+        pa.array(list(map(Message.value, msgs)), pa.binary()),
+        pa.array(list(map(Message.topic, msgs)), pa.string()),
+        pa.array(list(map(Message.partition, msgs)), pa.int32()),
+        pa.array(list(map(Message.offset, msgs)), pa.int64()),
+        pc.multiply(ts_ms, 1000).cast(pa.timestamp("us", tz="UTC")),
+        # librdkafka: 1 CreateTime, 2 LogAppendTime; Spark's Kafka source: 0 and 1
+        pc.max_element_wise(pc.subtract(pa.array(types, pa.int32()), 1), 0),
+    ]
+    if include_headers:
+        offsets = [0]
+        keys: list[str] = []
+        values: list[Any] = []
+        header_lists: list[Any] = list(map(Message.headers, msgs))
+        for hl in header_lists:
+            if hl:
+                for k, v in hl:
+                    keys.append(k)
+                    values.append(v)
+            offsets.append(len(keys))
+        struct = pa.StructArray.from_arrays(
+            [pa.array(keys, pa.string()), pa.array(values, pa.binary())], ["key", "value"]
+        )
+        columns.append(pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), struct))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _arrow_schema(include_headers: bool) -> Any:
+    import pyarrow as pa
+
+    fields = [
+        pa.field("key", pa.binary()), pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()), pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(pa.field("headers", pa.list_(pa.struct(
+            [pa.field("key", pa.string()), pa.field("value", pa.binary())]))))
+    return pa.schema(fields)
+
+
+def read_range(options: KafkaOptions, rng: TopicRange,
+               clock: Any = time.monotonic) -> Iterator[Any]:
+    """Consume [start, end) of one partition and yield pyarrow RecordBatches."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+
+    consumer = Consumer(options.client_config(**{
+        "group.id": "eddy-connect-reader",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "fetch.max.bytes": 64 << 20,
+        "max.partition.fetch.bytes": 16 << 20,
+        "queued.max.messages.kbytes": 256 << 10,
+        "queued.min.messages": 1_000_000,
+        "enable.partition.eof": True,
+    }))
+    schema = _arrow_schema(options.include_headers)
+    try:
+        start = rng.start if rng.start > 0 else OFFSET_BEGINNING
+        consumer.assign([TopicPartition(rng.topic, rng.partition, start)])
+        pending: list[Any] = []
+        next_offset = rng.start
+        last_progress = clock()
+        while next_offset < rng.end:
+            msgs: list[Any] = consumer.consume(num_messages=10_000, timeout=0.5)
+            progressed = False
+            good = msgs
+            if any(map(Message.error, msgs)):
+                good = []
+                for m in msgs:
+                    error = m.error()
+                    if error is None:
+                        good.append(m)
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        # the end of the log: control records (transaction markers) at
+                        # the end leave a gap that no message fills
+                        next_offset = max(next_offset, m.offset())
+                        progressed = True
+                    else:
+                        raise RuntimeError(
+                            f"reading {rng.topic}/{rng.partition}: {error.str()}")
+            if good:
+                last = good[-1].offset()
+                if last >= rng.end:
+                    good = [m for m in good if m.offset() < rng.end]
+                pending.extend(good)
+                next_offset = max(next_offset, last + 1)
+                progressed = True
+            if progressed:
+                last_progress = clock()
+            elif clock() - last_progress > STALL_TIMEOUT_S:
+                raise RuntimeError(
+                    f"reading {rng.topic}/{rng.partition}: no progress at offset "
+                    f"{next_offset} (want up to {rng.end}) for {STALL_TIMEOUT_S:.0f}s"
+                )
+            if len(pending) >= ARROW_BATCH:
+                yield _arrow_batch(pending, options.include_headers, schema)
+                pending = []
+        if pending:
+            yield _arrow_batch(pending, options.include_headers, schema)
+    finally:
+        consumer.close()
+
+
+# ---- the data source ----------------------------------------------------------------------
+
+
+class EddyDataSource(DataSource):
+    """`spark.read.format("eddy")`, `readStream`, `write` and `writeStream`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "eddy"
+
+    def schema(self) -> str:
+        return KafkaOptions.parse(self.options, reading=False).schema()
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return EddyBatchReader(KafkaOptions.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return EddyStreamReader(KafkaOptions.parse(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> EddyWriter:
+        return EddyWriter(KafkaOptions.parse(self.options, reading=False), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> EddyStreamWriter:
+        return EddyStreamWriter(KafkaOptions.parse(self.options, reading=False), schema)
+
+
+class EddyBatchReader(DataSourceReader):
+    def __init__(self, options: KafkaOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        cluster = Cluster(self.options)
+        parts = cluster.partitions()
+        start = cluster.resolve(self.options.starting, parts, self.options.starting_timestamp,
+                                self.options.starting_by_timestamp)
+        end = cluster.resolve(self.options.ending, parts)
+        return plan_ranges(start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, TopicRange)
+        yield from read_range(self.options, partition)
+
+
+class EddyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: KafkaOptions) -> None:
+        self.options = options
+        self._cluster: Cluster | None = None
+        self._latest: dict[str, int] | None = None
+        self._target: dict[str, int] | None = None  # availableNow: stop here
+
+    @property
+    def cluster(self) -> Cluster:
+        if self._cluster is None:
+            self._cluster = Cluster(self.options)
+        return self._cluster
+
+    def initialOffset(self) -> dict[str, int]:
+        opts = self.options
+        parts = self.cluster.partitions()
+        return self.cluster.resolve(opts.starting, parts, opts.starting_timestamp,
+                                    opts.starting_by_timestamp)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self.cluster.latest(self.cluster.partitions())
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        if self._target is not None:
+            latest = dict(self._target)
+        else:
+            latest = self.cluster.latest(self.cluster.partitions())
+        # a partition the query already read keeps its place even if metadata lags
+        for key, offset in start.items():
+            latest[key] = max(int(offset), latest.get(key, 0))
+        self._latest = dict(latest)
+        if isinstance(limit, ReadMaxRows):
+            return limit_offsets(start, latest, int(limit.max_rows))
+        return latest
+
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        return self._latest
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        return plan_ranges(start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, TopicRange)
+        yield from read_range(self.options, partition)
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass
+
+    def stop(self) -> None:
+        self._cluster = None
+
+
+# ---- writing (runs on the executors) ------------------------------------------------------
+
+
+@dataclass
+class Produced(WriterCommitMessage):
+    records: int
+
+
+def write_batches(options: KafkaOptions, batches: Iterator[Any]) -> Produced:
+    """Produce every row of the arrow batches; raise unless all are acknowledged."""
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer(options.client_config(**{
+        "client.id": "eddy-connect-writer",
+        "partitioner": "murmur2_random",
+        "linger.ms": 5,
+        "batch.size": 1 << 20,
+        "queue.buffering.max.kbytes": 256 << 10,
+        "enable.idempotence": True,
+        "acks": "all",
+    }))
+    failures: list[str] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None and len(failures) < 10:
+            failures.append(str(err))
+
+    count = 0
+    produce = producer.produce
+    for batch in batches:
+        names = batch.schema.names
+        if "value" not in names:
+            raise OptionError("writing to eddy needs a `value` column")
+        n = batch.num_rows
+        values = _bytes_column(batch.column(names.index("value")))
+        keys = (_bytes_column(batch.column(names.index("key"))) if "key" in names
+                else [None] * n)
+        if options.topic:
+            topics = [options.topic] * n
+        elif "topic" in names:
+            topics = batch.column(names.index("topic")).to_pylist()
+        else:
+            raise OptionError("writing to eddy needs the `topic` option or a `topic` column")
+        partitions = (batch.column(names.index("partition")).to_pylist()
+                      if "partition" in names else [None] * n)
+        headers = (batch.column(names.index("headers")).to_pylist()
+                   if "headers" in names else [None] * n)
+        for i in range(n):
+            topic = topics[i]
+            if not topic:
+                raise OptionError(f"row {count + i}: the topic is null or empty")
+            kwargs: dict[str, Any] = {"on_delivery": on_delivery}
+            if partitions[i] is not None:
+                kwargs["partition"] = partitions[i]
+            if headers[i]:
+                kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i] or ()]
+            for _attempt in range(10_000):
+                try:
+                    produce(topic, values[i], keys[i], **kwargs)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        count += n
+        producer.poll(0)
+    remaining = producer.flush(120)
+    if failures or remaining:
+        raise KafkaException(
+            f"{len(failures) or remaining} record(s) not delivered: "
+            f"{failures[0] if failures else 'timed out'}"
+        )
+    return Produced(count)
+
+
+def _bytes_column(column: Any) -> list[bytes | None]:
+    import pyarrow as pa
+
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        column = column.cast(pa.binary())
+    return column.to_pylist()  # type: ignore[no-any-return]
+
+
+class EddyWriter(DataSourceArrowWriter):
+    def __init__(self, options: KafkaOptions, schema: StructType) -> None:
+        self.options = options
+        if "value" not in schema.fieldNames():
+            raise OptionError("writing to eddy needs a `value` column")
+        if not options.topic and "topic" not in schema.fieldNames():
+            raise OptionError("writing to eddy needs the `topic` option or a `topic` column")
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return write_batches(self.options, iterator)
+
+
+class EddyStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: KafkaOptions, schema: StructType) -> None:
+        EddyWriter(options, schema)  # same checks
+        self.options = options
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return write_batches(self.options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass

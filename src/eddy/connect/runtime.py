@@ -1,0 +1,219 @@
+"""`eddy connect run`: a pipeline file becomes a Spark Structured Streaming query.
+
+The source is read as a stream; every micro-batch goes through foreachBatch:
+transforms (column expressions) -> good rows to every sink, bad rows to the
+dead-letter topic. Spark's checkpoint (`<checkpoint>/spark`) records each
+micro-batch's offsets before it runs and its completion after every sink
+returned, so after a crash the unfinished batch is replayed with the same rows:
+file sinks deduplicate by (run id, batch id) for exactly-once output, topics get
+at-least-once. `<checkpoint>/pipeline.json` keeps the run id and the JSON schemas
+inferred for parse_json, so a restart parses the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eddy.connect import sources
+from eddy.connect.batch import (
+    ERROR_COLUMN,
+    INTERNAL_COLUMNS,
+    RAW_KEY_COLUMN,
+    RAW_VALUE_COLUMN,
+    TOPIC_COLUMN,
+    BatchInfo,
+)
+from eddy.connect.deadletter import KafkaDeadLetters
+from eddy.connect.sinks import build_sinks
+from eddy.connect.spec import ParseJson, Pipeline, Route
+from eddy.connect.transforms import Plan, TransformError, compile_plan, infer_json_schema
+from eddy.log.state_files import atomic_write
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+
+class PipelineError(RuntimeError):
+    """The pipeline cannot run as written; the message says where and why."""
+
+
+@dataclass
+class BatchStats:
+    batch_id: int
+    dead_letters: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class Prepared:
+    """A pipeline ready to start: its compiled transforms and its run state."""
+
+    pipeline: Pipeline
+    plan: Plan
+    run_id: str
+    json_schemas: dict[int, str]
+    batches: list[BatchStats] = field(default_factory=list)
+
+
+def _state_path(pipeline: Pipeline) -> Path:
+    return pipeline.checkpoint_dir() / "pipeline.json"
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise PipelineError(f"{path}: unreadable pipeline state ({exc})") from None
+    return data if isinstance(data, dict) else {}
+
+
+def prepare(spark: SparkSession, pipeline: Pipeline) -> Prepared:
+    """Compile the transforms against the source's schema (inferring parse_json
+    schemas from a sample when not given) and load or create the run state."""
+    state_path = _state_path(pipeline)
+    state = read_state(state_path)
+    run_id = str(state.get("run_id") or uuid.uuid4().hex)
+    schemas = {int(k): str(v) for k, v in dict(state.get("json_schemas", {})).items()}
+    for i, t in enumerate(pipeline.transforms):
+        if isinstance(t, ParseJson) and t.parse_json.schema_ is None and i not in schemas:
+            before = compile_plan(pipeline.transforms[:i], schemas)
+            rows = sources.sample(spark, pipeline, t.parse_json.sample)
+            sample_df, _ = before.run(rows)
+            texts = [r[0] for r in sample_df.selectExpr(
+                f"CAST(`{t.parse_json.field}` AS STRING)").collect()]
+            inferred = infer_json_schema(spark, texts)
+            if inferred is None:
+                raise PipelineError(
+                    f"transforms[{i}].parse_json: no schema given and none can be inferred: "
+                    f"the source has no JSON records yet (give `schema`)"
+                )
+            schemas[i] = inferred
+            log.info("transforms[%d].parse_json: inferred schema %s", i, inferred)
+    plan = compile_plan(pipeline.transforms, schemas)
+    # analysis only: unknown columns, bad SQL and bad types fail here, not mid-stream
+    try:
+        out, _ = plan.run(sources.sample(spark, pipeline, 0))
+        out.schema  # noqa: B018 - forces analysis
+    except TransformError as exc:
+        raise PipelineError(str(exc)) from None
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(str(state_path), json.dumps({
+        "run_id": run_id, "name": pipeline.name,
+        "json_schemas": {str(k): v for k, v in schemas.items()},
+    }, indent=2).encode())
+    return Prepared(pipeline, plan, run_id, schemas)
+
+
+def process_batch(prepared: Prepared, sinks: list[Any], dead: KafkaDeadLetters | None,
+                  df: DataFrame, batch_id: int) -> BatchStats:
+    """One micro-batch: transforms, sinks, dead letters. Raises to fail the batch."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    stats = BatchStats(batch_id)
+    info = BatchInfo(batch_id, prepared.run_id)
+    out, aside = prepared.plan.run(df)
+    # the source's raw bytes are only needed for dead letters: drop them from good rows
+    # before caching (the cache then holds little more than the output)
+    for raw in (RAW_KEY_COLUMN, RAW_VALUE_COLUMN):
+        if raw in out.columns:
+            out = out.withColumn(raw, F.when(F.col(ERROR_COLUMN).isNotNull(), F.col(raw)))
+    out = out.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        routed = any(isinstance(t, Route) for t in prepared.pipeline.transforms)
+        keep = [c for c in out.columns if c not in INTERNAL_COLUMNS or (
+            routed and c == TOPIC_COLUMN)]
+        good = out.filter(F.col(ERROR_COLUMN).isNull()).select(*[f"`{c}`" for c in keep])
+        bad = out.filter(F.col(ERROR_COLUMN).isNotNull())
+        for sink in sinks:
+            sink.write(good, info)
+        bad_frames = [bad, *aside]
+        for frame in bad_frames:
+            if frame.isEmpty():
+                continue
+            if dead is None:
+                sample = frame.select(ERROR_COLUMN).first()
+                raise PipelineError(
+                    f"bad records and no dead-letter topic to put them in "
+                    f"(set dead_letter in the pipeline): {sample[0] if sample else ''}"
+                )
+            stats.dead_letters += frame.count()
+            dead.send(frame, None, info)
+    finally:
+        out.unpersist()
+    stats.seconds = time.monotonic() - started
+    return stats
+
+
+def start(spark: SparkSession, prepared: Prepared) -> StreamingQuery:
+    pipeline = prepared.pipeline
+    sinks = build_sinks(pipeline)
+    target = pipeline.dead_letter_target()
+    dead = KafkaDeadLetters(target[0], target[1], pipeline.name) if target else None
+
+    def on_batch(df: DataFrame, batch_id: int) -> None:
+        stats = process_batch(prepared, sinks, dead, df, batch_id)
+        prepared.batches.append(stats)
+        del prepared.batches[:-100]
+
+    stream = sources.stream(spark, pipeline)
+    writer = (
+        stream.writeStream.foreachBatch(on_batch)
+        .queryName(pipeline.name.replace("-", "_").replace(".", "_"))
+        .option("checkpointLocation", str(pipeline.checkpoint_dir() / "spark"))
+    )
+    if pipeline.available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{pipeline.interval_ms} milliseconds")
+    return writer.start()
+
+
+def run(spark: SparkSession, pipeline: Pipeline,
+        on_progress: Callable[[StreamingQuery, Prepared], object] | None = None,
+        poll_s: float = 1.0, max_seconds: float | None = None) -> Prepared:
+    """Run until the query ends (available-now: when caught up) or `max_seconds`."""
+    prepared = prepare(spark, pipeline)
+    query = start(spark, prepared)
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
+    try:
+        while query.isActive:
+            query.awaitTermination(poll_s)  # type: ignore[arg-type]
+            if on_progress is not None:
+                on_progress(query, prepared)
+            if deadline is not None and time.monotonic() > deadline:
+                break
+    finally:
+        if query.isActive:
+            query.stop()
+    error = query.exception()
+    if error is not None:
+        raise PipelineError(f"pipeline {pipeline.name} failed: {_first_line(error)}")
+    return prepared
+
+
+def _first_line(error: Any) -> str:
+    text = str(getattr(error, "desc", None) or error)
+    for line in text.splitlines():
+        if "Error" in line or "Exception" in line:
+            return line.strip()
+    return text.splitlines()[0] if text else "unknown error"
+
+
+def describe(prepared: Prepared) -> dict[str, Any]:
+    return {"name": prepared.pipeline.name, "run_id": prepared.run_id,
+            "json_schemas": prepared.json_schemas}
+

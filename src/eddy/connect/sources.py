@@ -1,0 +1,114 @@
+"""A pipeline's source as a Spark DataFrame, streaming or as a small batch sample."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from eddy.connect.batch import (
+    ERROR_COLUMN,
+    POSITION_COLUMN,
+    RAW_KEY_COLUMN,
+    RAW_VALUE_COLUMN,
+)
+from eddy.connect.spec import DatagenSource, EddySource, FilesSource, Pipeline
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def eddy_options(src: EddySource) -> dict[str, str]:
+    """The pipeline's eddy source as `format("eddy")` options (Spark Kafka names)."""
+    opts = {
+        "kafka.bootstrap.servers": src.bootstrap,
+        "includeHeaders": "true" if src.include_headers else "false",
+    }
+    if src.topic is not None:
+        opts["subscribe"] = src.topic
+    elif src.topics is not None:
+        opts["subscribe"] = ",".join(src.topics)
+    else:
+        assert src.pattern is not None
+        opts["subscribePattern"] = src.pattern
+    if isinstance(src.starting_offsets, dict):
+        opts["startingOffsets"] = json.dumps(src.starting_offsets)
+    else:
+        opts["startingOffsets"] = src.starting_offsets
+    if src.starting_timestamp is not None:
+        opts["startingTimestamp"] = str(src.starting_timestamp)
+    if src.max_records_per_batch is not None:
+        opts["maxOffsetsPerTrigger"] = str(src.max_records_per_batch)
+    for key, value in src.options.items():
+        opts[key if key.startswith("kafka.") else f"kafka.{key}"] = value
+    return opts
+
+
+def datagen_options(src: DatagenSource) -> dict[str, str]:
+    opts = {"schema": src.schema_, "rate": str(src.rate), "seed": str(src.seed),
+            "partitions": str(src.partitions)}
+    if src.count is not None:
+        opts["count"] = str(src.count)
+    if src.max_rows_per_batch is not None:
+        opts["maxRowsPerBatch"] = str(src.max_rows_per_batch)
+    return opts
+
+
+def with_internal_columns(df: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """Add the columns the runtime tracks rows by: source position, raw bytes, error."""
+    from pyspark.sql import functions as F
+
+    src = pipeline.source
+    if isinstance(src, EddySource):
+        df = df.withColumn(
+            POSITION_COLUMN,
+            F.concat_ws("", F.col("topic"), F.lit("/"), F.col("partition").cast("string"),
+                        F.lit("@"), F.col("offset").cast("string")),
+        )
+        df = df.withColumn(RAW_KEY_COLUMN, F.col("key")).withColumn(
+            RAW_VALUE_COLUMN, F.col("value"))
+    elif isinstance(src, DatagenSource) and "id" in df.columns:
+        df = df.withColumn(POSITION_COLUMN, F.concat(F.lit("datagen@"),
+                                                     F.col("id").cast("string")))
+    if POSITION_COLUMN not in df.columns:
+        df = df.withColumn(POSITION_COLUMN, F.lit(None).cast("string"))
+    return df.withColumn(ERROR_COLUMN, F.lit(None).cast("string"))
+
+
+def stream(spark: SparkSession, pipeline: Pipeline) -> DataFrame:
+    """The streaming DataFrame of the pipeline's source, internal columns added."""
+    src = pipeline.source
+    if isinstance(src, EddySource):
+        df = spark.readStream.format("eddy").options(**eddy_options(src)).load()
+    elif isinstance(src, DatagenSource):
+        df = spark.readStream.format("eddy-datagen").options(**datagen_options(src)).load()
+    else:
+        from eddy.connect.files_source import files_stream
+
+        df = files_stream(spark, src)
+    return with_internal_columns(df, pipeline)
+
+
+def sample(spark: SparkSession, pipeline: Pipeline, rows: int) -> DataFrame:
+    """Up to `rows` records of the source as a batch DataFrame (for schema inference
+    and `eddy connect discover`), internal columns added."""
+    src = pipeline.source
+    if isinstance(src, EddySource):
+        opts = eddy_options(src)
+        opts.pop("maxOffsetsPerTrigger", None)
+        df = spark.read.format("eddy").options(**opts).load().limit(rows)
+    elif isinstance(src, DatagenSource):
+        opts = datagen_options(src)
+        opts["count"] = str(min(rows, src.count if src.count is not None else rows))
+        df = spark.read.format("eddy-datagen").options(**opts).load()
+    else:
+        df = _files_sample(spark, src, rows)
+    return with_internal_columns(df, pipeline)
+
+
+def _files_sample(spark: SparkSession, src: FilesSource, rows: int) -> DataFrame:
+    from eddy.connect.files_source import reader_options
+
+    reader = spark.read.format(src.format).options(**reader_options(src))
+    if src.schema_:
+        reader = reader.schema(src.schema_)
+    return reader.load(src.path).limit(rows)
