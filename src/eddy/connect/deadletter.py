@@ -103,8 +103,12 @@ class KafkaDeadLetters:
             value = F.col("value").cast("binary")
         else:
             value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in payload_cols])).cast("binary")
-        if RAW_VALUE_COLUMN in columns:  # the source record's own bytes win
-            value = F.coalesce(F.col(RAW_VALUE_COLUMN), value)
+        if RAW_VALUE_COLUMN in columns:
+            # the source record's own bytes, null included; after a `sql` step the raw
+            # columns (and the position) are gone and the row's JSON stands in
+            known = (F.col(POSITION_COLUMN).isNotNull() if POSITION_COLUMN in columns
+                     else F.lit(True))
+            value = F.when(known, F.col(RAW_VALUE_COLUMN)).otherwise(value)
         key = F.col("key").cast("binary") if "key" in columns else F.lit(None).cast("binary")
         if RAW_KEY_COLUMN in columns:
             key = F.col(RAW_KEY_COLUMN)

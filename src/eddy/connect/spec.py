@@ -23,6 +23,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -402,10 +403,13 @@ class Pipeline(_Model):
     @model_validator(mode="after")
     def _sinks_know_their_topic(self) -> Pipeline:
         routed = any(isinstance(t, Route) for t in self.transforms)
-        for sink in self.sinks:
+        for i, sink in enumerate(self.sinks):
             if isinstance(sink, EddySink) and sink.topic is None and not routed:
-                raise ValueError(
-                    "an eddy sink needs `topic`, or a `route` transform choosing one"
+                # a custom error type carries the sink's index to the line-number lookup
+                raise PydanticCustomError(
+                    "sink_needs_topic",
+                    "an eddy sink needs `topic`, or a `route` transform choosing one",
+                    {"loc": ("sinks", i)},
                 )
         return self
 
@@ -514,6 +518,8 @@ def load_pipeline_text(text: str, filename: str = "<pipeline>") -> Pipeline:
         problems: list[str] = []
         for error in exc.errors():
             loc = _clean_loc(tuple(error["loc"]))
+            if not loc and "loc" in error.get("ctx", {}):
+                loc = tuple(error["ctx"]["loc"])
             line = 1
             for cut in range(len(loc), -1, -1):
                 if loc[:cut] in lines:
