@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
-from collections.abc import Sized
+from collections.abc import Awaitable, Callable, Sized
 from typing import Protocol
 
 _SIZE = struct.Struct(">i")
@@ -35,14 +35,16 @@ def _sendfile_nonblocking(sock_fd: int, rng: FileRange) -> int:
 
 
 class ResponseWriter:
-    def __init__(self, writer: asyncio.StreamWriter, use_sendfile: bool) -> None:
-        self._writer = writer
-        sock = writer.get_extra_info("socket")
+    def __init__(self, transport: asyncio.WriteTransport, drain: Callable[[], Awaitable[None]],
+                 use_sendfile: bool) -> None:
+        self._transport = transport
+        self._drain = drain
+        sock = transport.get_extra_info("socket")
         self._sock_fd = sock.fileno() if (use_sendfile and sock is not None) else -1
         self.sendfile_bytes = 0
 
     async def send(self, chunks: list[Sized]) -> None:
-        writer = self._writer
+        transport = self._transport
         pending: list[bytes | bytearray | memoryview] = [
             _SIZE.pack(sum(len(c) for c in chunks))
         ]
@@ -53,9 +55,9 @@ class ResponseWriter:
             rng: FileRange = chunk  # type: ignore[assignment]
             sent = 0
             if self._sock_fd >= 0:
-                writer.writelines(pending)
+                transport.writelines(pending)
                 pending = []
-                if writer.transport.get_write_buffer_size() == 0:
+                if transport.get_write_buffer_size() == 0:
                     sent = _sendfile_nonblocking(self._sock_fd, rng)
                     self.sendfile_bytes += sent
             if sent < rng.length:
@@ -63,5 +65,5 @@ class ResponseWriter:
                     rng.read() if sent == 0
                     else os.pread(rng.fd, rng.length - sent, rng.position + sent)
                 )
-        writer.writelines(pending)
-        await writer.drain()
+        transport.writelines(pending)
+        await self._drain()
