@@ -60,3 +60,16 @@ def self_cpu_seconds() -> float:
     """CPU time of the calling process, all threads (librdkafka's included)."""
     t = os.times()
     return t.user + t.system
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU seconds the whole machine has spent busy (all cores, all processes), from
+    /proc/stat; None where that file is missing. Minus the broker's and the client's own
+    CPU over the same interval it is what everything else used (another job's load)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields) - idle) / _CLK_TCK
