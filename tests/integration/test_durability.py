@@ -249,7 +249,10 @@ def test_clean_restart_keeps_everything(eddy) -> None:  # type: ignore[no-untype
     create_topic(eddy.bootstrap, topic, P, {"segment.bytes": "20000"})
     values = [f"value-{i:05d}".encode() * 3 for i in range(3000)]
     keys = [f"k{i % 17}".encode() for i in range(3000)]
-    produce(eddy.bootstrap, topic, values, keys=keys)
+    # in ten rounds: one batch is never split across segments, so a single batch per
+    # partition (librdkafka may send one) would leave one segment each
+    for i in range(0, 3000, 300):
+        produce(eddy.bootstrap, topic, values[i : i + 300], keys=keys[i : i + 300])
     before = consume_all(eddy.bootstrap, topic, P)
     assert sum(len(r) for r in before.values()) == 3000
     files_before = {
