@@ -177,7 +177,7 @@ def read_range(options: KafkaOptions, rng: TopicRange,
         next_offset = rng.start
         last_progress = clock()
         while next_offset < rng.end:
-            msgs: list[Any] = consumer.consume(num_messages=10_000, timeout=0.5)
+            msgs: list[Any] = consumer.consume(num_messages=10_000, timeout=0.1)
             progressed = False
             good = msgs
             if any(map(Message.error, msgs)):
