@@ -58,6 +58,8 @@ from pyspark.sql.types import (
     VarcharType,
 )
 
+from eddy.connect.options import int_option
+
 DEFAULT_SCHEMA = "id LONG, name STRING, amount DOUBLE, ts TIMESTAMP"
 DEFAULT_RATE = 1000
 DEFAULT_PARTITIONS = 2
@@ -86,16 +88,7 @@ _GOLDEN = 0x9E3779B97F4A7C15
 
 def _int_option(options: Mapping[str, str], name: str, default: int | None,
                 minimum: int | None) -> int | None:
-    raw = options.get(name.lower())
-    if raw is None:
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ValueError(f"datagen option {name}: expected an integer, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise ValueError(f"datagen option {name}: must be at least {minimum}, got {value}")
-    return value
+    return int_option(options, name, default, minimum, label="datagen ")
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from eddy.connect.options import OptionError, int_option
+
 EARLIEST = -2
 LATEST = -1
 #: how long one metadata or list-offsets call may take
@@ -27,9 +29,6 @@ BASE_SCHEMA = (
 )
 HEADERS_FIELD = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 
-
-class OptionError(ValueError):
-    """A bad `format("eddy")` option; the message names the option."""
 
 
 def key_of(topic: str, partition: int) -> str:
@@ -50,19 +49,6 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     if raw.strip().lower() in ("false", "0", "no"):
         return False
     raise OptionError(f"option {name}: expected true or false, got {raw!r}")
-
-
-def _int(options: Mapping[str, str], name: str, minimum: int = 0) -> int | None:
-    raw = options.get(name)
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise OptionError(f"option {name}: expected an integer, got {raw!r}") from None
-    if value < minimum:
-        raise OptionError(f"option {name}: must be at least {minimum}, got {value}")
-    return value
 
 
 def _json(options: Mapping[str, str], name: str) -> Any:
@@ -171,9 +157,9 @@ class KafkaOptions:
             assign=assign,
             starting=starting,
             ending=ending,
-            starting_timestamp=_int(lower, "startingtimestamp"),
+            starting_timestamp=int_option(lower, "startingtimestamp"),
             starting_by_timestamp=by_ts,
-            max_offsets_per_trigger=_int(lower, "maxoffsetspertrigger", minimum=1),
+            max_offsets_per_trigger=int_option(lower, "maxoffsetspertrigger", minimum=1),
             include_headers=_bool(lower, "includeheaders", True),
             client=client,
             topic=lower.get("topic"),

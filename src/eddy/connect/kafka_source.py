@@ -40,10 +40,10 @@ from pyspark.sql.types import StructType
 from eddy.connect.kafka_options import (
     Cluster,
     KafkaOptions,
-    OptionError,
     key_of,
     split_key,
 )
+from eddy.connect.options import OptionError
 
 #: records per pyarrow batch handed to Spark
 ARROW_BATCH = 50_000

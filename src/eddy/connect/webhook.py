@@ -40,6 +40,7 @@ from pyspark.sql.datasource import DataSource, DataSourceWriter, WriterCommitMes
 
 from eddy.connect import deadletter
 from eddy.connect.batch import INTERNAL_COLUMNS, POSITION_COLUMN, BatchInfo
+from eddy.connect.options import int_option
 from eddy.connect.spec import WebhookSink
 
 if TYPE_CHECKING:
@@ -174,15 +175,8 @@ def dumps(obj: Any) -> str:
 
 
 def _int_option(options: Mapping[str, str], name: str, default: int, low: int) -> int:
-    raw = options.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{FORMAT}: option {name}: expected an integer, got {raw!r}") from None
-    if value < low:
-        raise ValueError(f"{FORMAT}: option {name}: must be at least {low}, got {value}")
+    value = int_option(options, name, default, low, label=f"{FORMAT}: ")
+    assert value is not None
     return value
 
 
