@@ -211,9 +211,3 @@ def _first_line(error: Any) -> str:
         if "Error" in line or "Exception" in line:
             return line.strip()
     return text.splitlines()[0] if text else "unknown error"
-
-
-def describe(prepared: Prepared) -> dict[str, Any]:
-    return {"name": prepared.pipeline.name, "run_id": prepared.run_id,
-            "json_schemas": prepared.json_schemas}
-
