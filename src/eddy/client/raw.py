@@ -19,15 +19,20 @@ API_VERSIONS = 18
 
 
 class RawClient:
-    def __init__(self, host: str, port: int, timeout_s: float = 15.0) -> None:
+    def __init__(self, host: str, port: int, timeout_s: float = 15.0,
+                 client_id: str = "eddy-cli") -> None:
         self._sock = socket.create_connection((host, port), timeout=timeout_s)
         self._correlation = 0
+        self.client_id = client_id
+
+    def close(self) -> None:
+        self._sock.close()
 
     def __enter__(self) -> RawClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._sock.close()
+        self.close()
 
     def call(self, request: Any) -> Any:
         """Send one request (a kio request instance) and return the decoded response."""
@@ -37,7 +42,7 @@ class RawClient:
         header = HeaderV2 if cls.__flexible__ else HeaderV1
         entity_writer(header)(buf, header(
             request_api_key=cls.__api_key__, request_api_version=cls.__version__,
-            correlation_id=self._correlation, client_id="eddy-cli"))
+            correlation_id=self._correlation, client_id=self.client_id))
         entity_writer(cls)(buf, request)
         payload = buf.getvalue()
         self._sock.sendall(struct.pack(">i", len(payload)) + payload)
@@ -51,11 +56,13 @@ class RawClient:
         body, _ = entity_reader(resp_cls)(data, used)
         return body
 
-    def _recv(self, n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n:
-            chunk = self._sock.recv(n - len(out))
+    def _recv(self, n: int) -> memoryview:
+        out = bytearray(n)
+        view = memoryview(out)
+        got = 0
+        while got < n:
+            chunk = self._sock.recv_into(view[got:])
             if not chunk:
                 raise ConnectionError("the broker closed the connection")
-            out += chunk
-        return bytes(out)
+            got += chunk
+        return view.toreadonly()

@@ -28,6 +28,8 @@ BASE_SCHEMA = (
     "timestamp TIMESTAMP, timestampType INT"
 )
 HEADERS_FIELD = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+#: values of the `reader` option (see KafkaOptions.reader)
+READERS = ("auto", "native", "librdkafka")
 
 
 
@@ -93,6 +95,9 @@ class KafkaOptions:
     include_headers: bool = True
     client: dict[str, str] = field(default_factory=dict)
     topic: str | None = None  # writing: the fixed target topic
+    #: auto: the fast reader (eddy.connect.fetcher), librdkafka where it cannot serve;
+    #: native: the fast reader or an error; librdkafka: always librdkafka
+    reader: str = "auto"
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, reading: bool = True) -> KafkaOptions:
@@ -150,6 +155,10 @@ class KafkaOptions:
                 raise OptionError(
                     'option startingOffsetsByTimestamp: expected {"topic":{"0":1700000000000}}'
                 )
+        reader = lower.get("reader", "auto").strip().lower()
+        if reader not in READERS:
+            raise OptionError(f"option reader: expected one of {', '.join(READERS)}, "
+                              f"got {reader!r}")
         return cls(
             bootstrap=bootstrap,
             subscribe=subscribe,
@@ -163,6 +172,7 @@ class KafkaOptions:
             include_headers=_bool(lower, "includeheaders", True),
             client=client,
             topic=lower.get("topic"),
+            reader=reader,
         )
 
     def schema(self) -> str:

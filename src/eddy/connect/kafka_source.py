@@ -15,6 +15,7 @@ Delivery is at-least-once: a task fails if any record is not acknowledged.
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ from eddy.connect.kafka_options import (
     split_key,
 )
 from eddy.connect.options import OptionError
+
+log = logging.getLogger(__name__)
 
 #: records per pyarrow batch handed to Spark
 ARROW_BATCH = 50_000
@@ -149,9 +152,75 @@ def _arrow_schema(include_headers: bool) -> Any:
     return pa.schema(fields)
 
 
+def _arrow_from_columns(cols: dict[str, Any], topic: str, partition: int, schema: Any,
+                        include_headers: bool) -> Any:
+    """A RecordBatch over record_columns' buffers (no copy): Spark's Kafka row schema."""
+    import pyarrow as pa
+
+    n = cols["rows"]
+    buf = pa.py_buffer
+
+    def binary(parts: tuple[Any, ...], kind: Any) -> Any:
+        validity, offsets, data, nulls = parts
+        return pa.Array.from_buffers(
+            kind, len(offsets) // 4 - 1,
+            [buf(validity) if validity is not None else None, buf(offsets), buf(data)],
+            null_count=nulls)
+
+    columns: list[Any] = [
+        binary(cols["keys"], pa.binary()),
+        binary(cols["values"], pa.binary()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.Array.from_buffers(pa.int64(), n, [None, buf(cols["offsets"])]),
+        pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n,
+                              [None, buf(cols["timestamps"])]),
+        pa.Array.from_buffers(pa.int32(), n, [None, buf(cols["timestamp_types"])]),
+    ]
+    if include_headers:
+        struct = pa.StructArray.from_arrays(
+            [binary(cols["header_keys"], pa.string()),
+             binary(cols["header_values"], pa.binary())], ["key", "value"])
+        offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, buf(cols["header_offsets"])])
+        columns.append(pa.ListArray.from_arrays(offsets, struct))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
 def read_range(options: KafkaOptions, rng: TopicRange,
                clock: Any = time.monotonic) -> Iterator[Any]:
-    """Consume [start, end) of one partition and yield pyarrow RecordBatches."""
+    """Read [start, end) of one partition as pyarrow RecordBatches: the fast reader
+    (eddy.connect.fetcher) unless the options ask for librdkafka or it cannot serve
+    the range, in which case librdkafka reads what is left."""
+    from eddy.connect import fetcher
+
+    start = rng.start
+    if options.reader != "librdkafka":
+        schema = _arrow_schema(options.include_headers)
+        reached = [rng.start]
+        try:
+            config = fetcher.FetchConfig.from_client(options.bootstrap, options.client)
+            yield from fetcher.read_partition(
+                config, rng.topic, rng.partition, rng.start, rng.end,
+                options.include_headers, ARROW_BATCH,
+                lambda cols: _arrow_from_columns(cols, rng.topic, rng.partition, schema,
+                                                 options.include_headers),
+                STALL_TIMEOUT_S, clock, reached.append)
+            return
+        except fetcher.Unsupported as exc:
+            if options.reader == "native":
+                raise OptionError(f"option reader=native: {exc}") from None
+            log.info("reading %s/%d through librdkafka: %s", rng.topic, rng.partition, exc)
+            start = reached[-1]
+        except fetcher.FetchFailed as exc:
+            raise RuntimeError(str(exc)) from None
+    yield from read_range_librdkafka(options, TopicRange(rng.topic, rng.partition, start,
+                                                         rng.end), clock)
+
+
+def read_range_librdkafka(options: KafkaOptions, rng: TopicRange,
+                          clock: Any = time.monotonic) -> Iterator[Any]:
+    """Consume [start, end) of one partition through librdkafka and yield pyarrow
+    RecordBatches."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
     consumer = Consumer(options.client_config(**{
