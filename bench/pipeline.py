@@ -85,12 +85,43 @@ trigger: available-now
 """
 
 
-def timed(label: str, fn: Any, rows: int, results: dict[str, Any]) -> None:
+def cpu_by_role(broker_pid: int) -> dict[str, float]:
+    """CPU seconds used so far by the JVM, the PySpark Python workers, the broker, this
+    driver process, and the whole machine (processes that exited are not counted)."""
+    from bench.procstat import cpu_seconds, machine_busy_seconds, self_cpu_seconds
+
+    out = {"jvm": 0.0, "python workers": 0.0, "broker": cpu_seconds(broker_pid) or 0.0,
+           "driver": self_cpu_seconds(), "machine": machine_busy_seconds() or 0.0}
+    try:
+        import psutil
+    except ImportError:
+        return out
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            name = proc.name()
+            cmd = " ".join(proc.cmdline())
+            used = sum(proc.cpu_times()[:2])
+        except psutil.Error:
+            continue
+        if name == "java":
+            out["jvm"] += used
+        elif "pyspark" in cmd:
+            out["python workers"] += used
+    return out
+
+
+def timed(label: str, fn: Any, rows: int, results: dict[str, Any], broker_pid: int) -> None:
+    before = cpu_by_role(broker_pid)
     started = time.perf_counter()
     fn()
     seconds = time.perf_counter() - started
-    results[label] = {"seconds": round(seconds, 2), "rows_per_s": round(rows / seconds)}
-    print(f"  {label:<32} {seconds:7.2f} s  {rows / seconds:>12,.0f} rows/s", flush=True)
+    after = cpu_by_role(broker_pid)
+    cpu = {k: round(after[k] - before[k], 2) for k in after}
+    results[label] = {"seconds": round(seconds, 2), "rows_per_s": round(rows / seconds),
+                      "cpu_s": cpu}
+    per_row = ", ".join(f"{k} {v * 1e6 / rows:.2f}" for k, v in cpu.items())
+    print(f"  {label:<36} {seconds:7.2f} s  {rows / seconds:>10,.0f} rows/s   "
+          f"CPU us/row: {per_row}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="max_records_per_batch of the pipeline (1,000,000)")
     ap.add_argument("--only", default="read,transform,parquet,pipeline",
                     help="comma-separated subset of read,transform,parquet,pipeline")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Spark setting, e.g. spark.driver.extraJavaOptions=... (repeatable)")
     args = ap.parse_args(argv)
     phases = set(args.only.split(","))
 
@@ -121,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         from eddy.connect.spark import make_session
 
-        spark = make_session(args.master, app_name="eddy-bench", conf={
-            "spark.sql.shuffle.partitions": str(args.partitions)})
+        conf = {"spark.sql.shuffle.partitions": str(args.partitions)}
+        conf.update(item.split("=", 1) for item in args.conf)
+        spark = make_session(args.master, app_name="eddy-bench", conf=conf)
         results["spark_startup_s"] = round(time.perf_counter() - started, 2)
         print(f"  spark startup {results['spark_startup_s']} s", flush=True)
 
@@ -130,19 +164,25 @@ def main(argv: list[str] | None = None) -> int:
         from eddy.connect.spec import load_pipeline_text
         from eddy.connect.transforms import compile_plan
 
-        def source() -> Any:
-            return (spark.read.format("eddy")
-                    .option("kafka.bootstrap.servers", broker.bootstrap)
-                    .option("subscribe", topic).option("includeHeaders", "false").load())
-
         spec_text = PIPELINE.format(bootstrap=broker.bootstrap, topic=topic, batch=args.batch,
                                     out=work / "out", checkpoint=work / "ck")
         pipeline = load_pipeline_text(spec_text, "bench")
         plan = compile_plan(pipeline.transforms, {})
-        from eddy.connect.sources import with_internal_columns
+        from eddy.connect.json_columns import OPTION
+        from eddy.connect.sources import value_json_pushdown, with_internal_columns
+
+        pushdown = value_json_pushdown(pipeline, {})
+
+        def source(parsed: bool = False) -> Any:
+            reader = (spark.read.format("eddy")
+                      .option("kafka.bootstrap.servers", broker.bootstrap)
+                      .option("subscribe", topic).option("includeHeaders", "false"))
+            if parsed and pushdown is not None:
+                reader = reader.option(OPTION, pushdown)
+            return reader.load()
 
         def transformed() -> Any:
-            out, _ = plan.run(with_internal_columns(source(), pipeline))
+            out, _ = plan.run(with_internal_columns(source(parsed=True), pipeline))
             return out
 
         n = args.records
@@ -150,16 +190,16 @@ def main(argv: list[str] | None = None) -> int:
         source().limit(1000).write.format("noop").mode("overwrite").save()
         if "read" in phases:
             timed("read -> noop", lambda: source().write.format("noop")
-                  .mode("overwrite").save(), n, results)
+                  .mode("overwrite").save(), n, results, broker.pid)
         if "transform" in phases:
             timed("read+transforms -> noop", lambda: transformed().write.format("noop")
-                  .mode("overwrite").save(), n, results)
+                  .mode("overwrite").save(), n, results, broker.pid)
         if "parquet" in phases:
             timed("read+transforms -> parquet", lambda: transformed().write
-                  .mode("overwrite").parquet(str(work / "batch-out")), n, results)
+                  .mode("overwrite").parquet(str(work / "batch-out")), n, results, broker.pid)
         if "pipeline" in phases:
             timed("pipeline (streaming, exactly-once)", lambda: run(spark, pipeline), n,
-                  results)
+                  results, broker.pid)
             written = spark.read.parquet(str(work / "out")).count()
             results["pipeline_rows_written"] = written
             if written != n:

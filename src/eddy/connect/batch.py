@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -45,8 +45,20 @@ class BatchSink(Protocol):
     """A sink the runtime calls once per micro-batch, from foreachBatch on the driver."""
 
     name: str
+    #: write() reads the frame with one Spark action that visits every row, so the
+    #: runtime can count bad rows on the way instead of caching the batch
+    single_action: bool
 
     def write(self, df: DataFrame, batch: BatchInfo) -> None:
         """Write the batch's good rows (internal columns already dropped, except
         TOPIC_COLUMN for sinks that route). Raise to fail the batch: Spark retries it."""
         ...
+
+
+def observed(observation: Any) -> dict[str, Any] | None:
+    """An Observation's metrics if the action it watched has run, else None (where
+    `Observation.get` would wait forever)."""
+    jo = getattr(observation, "_jo", None)
+    if jo is None or not jo.future().isCompleted():
+        return None
+    return dict(observation.get)

@@ -30,6 +30,7 @@ Spark only ever replays the last uncommitted batch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -38,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eddy.connect.batch import BatchInfo
+from eddy.connect.batch import BatchInfo, observed
 from eddy.connect.spec import FilesSink
 
 if TYPE_CHECKING:
@@ -106,6 +107,8 @@ def _is_data_file(name: str) -> bool:
 class FilesBatchSink:
     """Writes each micro-batch as files under `spec.path`, exactly once (see module doc)."""
 
+    single_action = True
+
     def __init__(self, spec: FilesSink, name: str = "files", *,
                  crash_hook: CrashHook | None = None) -> None:
         self.spec = spec
@@ -141,8 +144,7 @@ class FilesBatchSink:
         shutil.rmtree(staging, ignore_errors=True)
 
         files: list[str] = []
-        if not df.isEmpty():
-            self._write_staging(df, staging)
+        if self._write_staging(df, staging):
             self._step("staged")
             moves = self._plan_moves(staging, tag)
             files = [dest for _, dest in moves]
@@ -162,12 +164,26 @@ class FilesBatchSink:
         manifest.unlink(missing_ok=True)
         self._prune(batch)
 
-    def _write_staging(self, df: DataFrame, staging: Path) -> None:
+    def _write_staging(self, df: DataFrame, staging: Path) -> bool:
+        """Write the batch under `staging`; False if it had no rows (nothing to move:
+        Spark writes an empty file for an empty frame)."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
         spec = self.spec
-        writer: Any = df.write.format(spec.format).options(**spec.options)
+        rows = Observation()
+        writer: Any = df.observe(rows, F.count(F.lit(1)).alias("rows")).write.format(
+            spec.format).options(**spec.options)
         if spec.partition_by:
             writer = writer.partitionBy(*spec.partition_by)
         writer.mode("overwrite").save(str(staging))
+        metrics = observed(rows)
+        if metrics is not None and metrics["rows"] == 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                staging.parent.rmdir()  # the staging root, if no other batch is in it
+            return False
+        return True
 
     @staticmethod
     def _plan_moves(staging: Path, tag: str) -> list[tuple[Path, str]]:

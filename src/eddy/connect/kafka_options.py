@@ -60,6 +60,22 @@ def _json(options: Mapping[str, str], name: str) -> Any:
         raise OptionError(f"option {name}: not valid JSON ({exc.msg})") from None
 
 
+def _parse_value_schema(options: Mapping[str, str]) -> str | None:
+    from eddy.connect.json_columns import OPTION, pushable_fields
+
+    raw = next((v for k, v in options.items() if k.lower() == OPTION.lower()), None)
+    if raw is None:
+        return None
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise OptionError(f"option {OPTION}: not a JSON struct type ({exc.msg})") from None
+    if not isinstance(parsed, dict) or pushable_fields(parsed) is None:
+        raise OptionError(f"option {OPTION}: expected a flat struct of STRING, BIGINT, INT, "
+                          "DOUBLE and BOOLEAN fields (Spark's JSON form)")
+    return raw
+
+
 def _offsets_spec(raw: Any, name: str) -> str | dict[str, int]:
     """'earliest' | 'latest' | {"topic": {"0": 23, "1": -2}} -> keyed offsets."""
     if isinstance(raw, str) and raw in ("earliest", "latest"):
@@ -98,6 +114,8 @@ class KafkaOptions:
     #: auto: the fast reader (eddy.connect.fetcher), librdkafka where it cannot serve;
     #: native: the fast reader or an error; librdkafka: always librdkafka
     reader: str = "auto"
+    #: a pipeline's leading parse_json done in the reader (eddy.connect.json_columns)
+    parse_value_schema: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, reading: bool = True) -> KafkaOptions:
@@ -173,10 +191,16 @@ class KafkaOptions:
             client=client,
             topic=lower.get("topic"),
             reader=reader,
+            parse_value_schema=_parse_value_schema(opts),
         )
 
     def schema(self) -> str:
-        return f"{BASE_SCHEMA}, {HEADERS_FIELD}" if self.include_headers else BASE_SCHEMA
+        out = f"{BASE_SCHEMA}, {HEADERS_FIELD}" if self.include_headers else BASE_SCHEMA
+        if self.parse_value_schema is not None:
+            from eddy.connect.json_columns import column_ddl
+
+            out += ", " + column_ddl(self.parse_value_schema)
+        return out
 
     def client_config(self, **overrides: Any) -> dict[str, Any]:
         conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "log_level": 3}

@@ -83,17 +83,20 @@ def plan_ranges(start: dict[str, int], end: dict[str, int]) -> list[TopicRange]:
 def limit_offsets(start: dict[str, int], latest: dict[str, int], max_rows: int
                   ) -> dict[str, int]:
     """Split a max-records budget over partitions in proportion to what each has
-    waiting (Spark's maxOffsetsPerTrigger); every partition with data gets >= 1."""
+    waiting (Spark's maxOffsetsPerTrigger). The shares add up to the budget exactly
+    (the rounding remainder goes to the largest fractions), so a backlog of k budgets
+    takes k batches, not k plus one for the crumbs; every partition with data gets
+    at least 1."""
     lag = {k: max(0, v - int(start.get(k, 0))) for k, v in latest.items()}
     total = sum(lag.values())
     if total <= max_rows:
         return dict(latest)
-    out: dict[str, int] = {}
-    for key, waiting in lag.items():
-        base = int(start.get(key, 0))
-        share = max(1, waiting * max_rows // total) if waiting else 0
-        out[key] = base + min(waiting, share) if waiting else latest[key]
-    return out
+    shares = {k: waiting * max_rows // total for k, waiting in lag.items()}
+    left = max_rows - sum(shares.values())
+    for key in sorted(lag, key=lambda k: (-(lag[k] * max_rows % total), k))[:left]:
+        shares[key] += 1
+    return {key: (int(start.get(key, 0)) + min(waiting, max(1, shares[key])) if waiting
+                  else latest[key]) for key, waiting in lag.items()}
 
 
 # ---- reading a range (runs on the executors) ----------------------------------------------
@@ -191,6 +194,22 @@ def read_range(options: KafkaOptions, rng: TopicRange,
     """Read [start, end) of one partition as pyarrow RecordBatches: the fast reader
     (eddy.connect.fetcher) unless the options ask for librdkafka or it cannot serve
     the range, in which case librdkafka reads what is left."""
+    batches = _read_range(options, rng, clock)
+    if options.parse_value_schema is None:
+        yield from batches
+        return
+    import pyarrow as pa
+
+    from eddy.connect.json_columns import PARSED_COLUMN, ValueParser
+
+    parser = ValueParser(options.parse_value_schema)
+    schema = _arrow_schema(options.include_headers).append(pa.field(PARSED_COLUMN, parser.type))
+    for batch in batches:
+        yield batch.append_column(schema.field(len(batch.schema)),
+                                  parser.parse(batch.column(1)))
+
+
+def _read_range(options: KafkaOptions, rng: TopicRange, clock: Any) -> Iterator[Any]:
     from eddy.connect import fetcher
 
     start = rng.start

@@ -29,6 +29,7 @@ from eddy.connect.batch import (
     RAW_VALUE_COLUMN,
     TOPIC_COLUMN,
     BatchInfo,
+    observed,
 )
 from eddy.connect.deadletter import KafkaDeadLetters
 from eddy.connect.sinks import build_sinks
@@ -118,14 +119,62 @@ def prepare(spark: SparkSession, pipeline: Pipeline) -> Prepared:
 
 def process_batch(prepared: Prepared, sinks: list[Any], dead: KafkaDeadLetters | None,
                   df: DataFrame, batch_id: int) -> BatchStats:
-    """One micro-batch: transforms, sinks, dead letters. Raises to fail the batch."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
+    """One micro-batch: transforms, sinks, dead letters. Raises to fail the batch.
 
+    With one sink that reads the batch in one action (and no `sql` step setting rows
+    aside), the batch is read once: bad rows are counted on the way (an Observation)
+    and only a batch that had some reads its source again to send them. Otherwise
+    the transformed batch is cached for the sinks and the dead letters."""
     started = time.monotonic()
     stats = BatchStats(batch_id)
     info = BatchInfo(batch_id, prepared.run_id)
-    out, aside = prepared.plan.run(df)
+    out, aside = prepared.plan.run(sources.with_internal_columns(df, prepared.pipeline))
+    if len(sinks) == 1 and getattr(sinks[0], "single_action", False) and not aside:
+        _single_pass(prepared, sinks[0], dead, out, info, stats)
+    else:
+        _cached(prepared, sinks, dead, out, aside, info, stats)
+    stats.seconds = time.monotonic() - started
+    return stats
+
+
+def _output_columns(prepared: Prepared, out: DataFrame) -> list[str]:
+    """The columns sinks get: internal ones dropped (a routed topic kept), quoted."""
+    routed = any(isinstance(t, Route) for t in prepared.pipeline.transforms)
+    return [f"`{c}`" for c in out.columns if c not in INTERNAL_COLUMNS or (
+        routed and c == TOPIC_COLUMN)]
+
+
+def _good_rows(prepared: Prepared, out: DataFrame) -> DataFrame:
+    """The rows without an error, with the output columns."""
+    from pyspark.sql import functions as F
+
+    columns = _output_columns(prepared, out)
+    return out.filter(F.col(ERROR_COLUMN).isNull()).select(*columns)
+
+
+def _single_pass(prepared: Prepared, sink: Any, dead: KafkaDeadLetters | None,
+                 out: DataFrame, info: BatchInfo, stats: BatchStats) -> None:
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    watch = Observation()
+    # only what the sink needs, and the error: Spark does not prune columns through an
+    # observation, so the internal ones (source position, raw bytes) would be computed
+    narrow = out.select(*_output_columns(prepared, out), ERROR_COLUMN)
+    watched = narrow.observe(watch, F.count(F.col(ERROR_COLUMN)).alias("bad"))
+    sink.write(_good_rows(prepared, watched), info)
+    metrics = observed(watch)
+    # no metrics: the sink had nothing to do (a replay of a committed batch): look again
+    if metrics is None or metrics["bad"]:
+        _send_dead_letters(dead, [out.filter(F.col(ERROR_COLUMN).isNotNull())], info, stats)
+
+
+def _cached(prepared: Prepared, sinks: list[Any], dead: KafkaDeadLetters | None,
+            out: DataFrame, aside: list[DataFrame], info: BatchInfo,
+            stats: BatchStats) -> None:
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
     # the source's raw bytes are only needed for dead letters: drop them from good rows
     # before caching (the cache then holds little more than the output)
     for raw in (RAW_KEY_COLUMN, RAW_VALUE_COLUMN):
@@ -133,29 +182,28 @@ def process_batch(prepared: Prepared, sinks: list[Any], dead: KafkaDeadLetters |
             out = out.withColumn(raw, F.when(F.col(ERROR_COLUMN).isNotNull(), F.col(raw)))
     out = out.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        routed = any(isinstance(t, Route) for t in prepared.pipeline.transforms)
-        keep = [c for c in out.columns if c not in INTERNAL_COLUMNS or (
-            routed and c == TOPIC_COLUMN)]
-        good = out.filter(F.col(ERROR_COLUMN).isNull()).select(*[f"`{c}`" for c in keep])
-        bad = out.filter(F.col(ERROR_COLUMN).isNotNull())
+        good = _good_rows(prepared, out)
         for sink in sinks:
             sink.write(good, info)
-        bad_frames = [bad, *aside]
-        for frame in bad_frames:
-            if frame.isEmpty():
-                continue
-            if dead is None:
-                sample = frame.select(ERROR_COLUMN).first()
-                raise PipelineError(
-                    f"bad records and no dead-letter topic to put them in "
-                    f"(set dead_letter in the pipeline): {sample[0] if sample else ''}"
-                )
-            stats.dead_letters += frame.count()
-            dead.send(frame, None, info)
+        _send_dead_letters(dead, [out.filter(F.col(ERROR_COLUMN).isNotNull()), *aside],
+                           info, stats)
     finally:
         out.unpersist()
-    stats.seconds = time.monotonic() - started
-    return stats
+
+
+def _send_dead_letters(dead: KafkaDeadLetters | None, frames: list[DataFrame],
+                       info: BatchInfo, stats: BatchStats) -> None:
+    for frame in frames:
+        if frame.isEmpty():
+            continue
+        if dead is None:
+            sample = frame.select(ERROR_COLUMN).first()
+            raise PipelineError(
+                f"bad records and no dead-letter topic to put them in "
+                f"(set dead_letter in the pipeline): {sample[0] if sample else ''}"
+            )
+        stats.dead_letters += frame.count()
+        dead.send(frame, None, info)
 
 
 def start(spark: SparkSession, prepared: Prepared) -> StreamingQuery:
@@ -169,7 +217,8 @@ def start(spark: SparkSession, prepared: Prepared) -> StreamingQuery:
         prepared.batches.append(stats)
         del prepared.batches[:-100]
 
-    stream = sources.stream(spark, pipeline)
+    stream = sources.stream(spark, pipeline,
+                            sources.value_json_pushdown(pipeline, prepared.json_schemas))
     writer = (
         stream.writeStream.foreachBatch(on_batch)
         .queryName(pipeline.name.replace("-", "_").replace(".", "_"))

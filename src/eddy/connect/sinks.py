@@ -38,6 +38,8 @@ def as_records(df: DataFrame, topic: str | None) -> DataFrame:
 class EddyBatchSink:
     """Produce each batch to a topic (or the routed topic): at-least-once, murmur2."""
 
+    single_action = True
+
     def __init__(self, spec: EddySink, bootstrap: str, name: str) -> None:
         self.spec = spec
         self.bootstrap = bootstrap

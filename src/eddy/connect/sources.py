@@ -74,18 +74,47 @@ def with_internal_columns(df: DataFrame, pipeline: Pipeline) -> DataFrame:
     return df.withColumn(ERROR_COLUMN, F.lit(None).cast("string"))
 
 
-def stream(spark: SparkSession, pipeline: Pipeline) -> DataFrame:
-    """The streaming DataFrame of the pipeline's source, internal columns added."""
+def value_json_pushdown(pipeline: Pipeline, json_schemas: dict[int, str]) -> str | None:
+    """The `parseValueSchema` option for a pipeline whose first transform parses the
+    record value as JSON with a schema the reader can parse (json_columns), else None."""
+    from pyspark.sql.types import StructType
+
+    from eddy.connect.json_columns import pushable_fields
+    from eddy.connect.spec import ParseJson
+
+    first = pipeline.transforms[0] if pipeline.transforms else None
+    if not (isinstance(pipeline.source, EddySource) and isinstance(first, ParseJson)
+            and first.parse_json.field == "value"):
+        return None
+    ddl = json_schemas.get(0) or first.parse_json.schema_
+    if ddl is None:
+        return None
+    struct = StructType.fromDDL(ddl)
+    value = struct.jsonValue()
+    return struct.json() if isinstance(value, dict) and pushable_fields(value) else None
+
+
+def stream(spark: SparkSession, pipeline: Pipeline, value_json: str | None = None
+           ) -> DataFrame:
+    """The streaming DataFrame of the pipeline's source, as the source gives it: the
+    runtime adds the internal columns to each micro-batch (with_internal_columns), so
+    that Spark computes them only where a batch's plan uses them. `value_json` is
+    value_json_pushdown's option (the reader pre-parses values)."""
     src = pipeline.source
     if isinstance(src, EddySource):
-        df = spark.readStream.format("eddy").options(**eddy_options(src)).load()
+        opts = eddy_options(src)
+        if value_json is not None:
+            from eddy.connect.json_columns import OPTION
+
+            opts[OPTION] = value_json
+        df = spark.readStream.format("eddy").options(**opts).load()
     elif isinstance(src, DatagenSource):
         df = spark.readStream.format("eddy-datagen").options(**datagen_options(src)).load()
     else:
         from eddy.connect.files_source import files_stream
 
         df = files_stream(spark, src)
-    return with_internal_columns(df, pipeline)
+    return df
 
 
 def sample(spark: SparkSession, pipeline: Pipeline, rows: int) -> DataFrame:

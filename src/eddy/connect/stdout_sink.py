@@ -29,6 +29,8 @@ TABLE_ROWS = 1000
 class StdoutBatchSink:
     """Prints each micro-batch to `stream` (default: sys.stdout at write time)."""
 
+    single_action = False  # a limit, or one job per partition (toLocalIterator)
+
     def __init__(self, spec: StdoutSink, name: str = "stdout",
                  stream: TextIO | None = None) -> None:
         self.spec = spec

@@ -19,6 +19,7 @@ from eddy.connect.batch import (
     INTERNAL_COLUMNS,
     TOPIC_COLUMN,
 )
+from eddy.connect.json_columns import PARSED_COLUMN
 from eddy.connect.spec import (
     Cast,
     Drop,
@@ -125,19 +126,27 @@ def parse_json(t: ParseJson, schema: str | None, where: str) -> Step:
                                                   "mode": "PERMISSIVE"})
         tmp = "_eddy_parsed"
         df = df.withColumn(tmp, parsed)
+        corrupt = F.col(f"{tmp}.{CORRUPT}").isNotNull()
+        fields = [F.col(f"{tmp}.{q(f.name)}").alias(f.name) for f in struct.fields]
+        if args.field == "value" and PARSED_COLUMN in df.columns:
+            # the reader parsed most values already (json_columns): from_json only runs
+            # where it did not, and its fields are taken only there
+            pre = F.col(PARSED_COLUMN)
+            df = df.withColumn(tmp, F.when(pre.isNull(), parsed))
+            corrupt = pre.isNull() & corrupt
+            fields = [F.when(pre.isNull(), F.col(f"{tmp}.{q(f.name)}"))
+                      .otherwise(pre[f.name]).alias(f.name) for f in struct.fields]
         df = _fail_if(
             df,
-            F.col(args.field).isNull() | F.col(f"{tmp}.{CORRUPT}").isNotNull(),
+            F.col(args.field).isNull() | corrupt,
             F.when(F.col(args.field).isNull(), F.lit(f"{where}: `{args.field}` is null"))
             .otherwise(F.lit(f"{where}: malformed JSON or a field not matching the schema "
                              f"{schema}")),
         )
         for name in args.keep:
             _require(df, name, where)
-        keep = [q(c) for c in args.keep]
-        internal = [q(c) for c in df.columns if c in INTERNAL_COLUMNS]
-        fields = [f"{tmp}.{q(f.name)}" for f in struct.fields]
-        return df.selectExpr(*keep, *fields, *internal)
+        internal = [F.col(q(c)) for c in df.columns if c in INTERNAL_COLUMNS]
+        return df.select(*[F.col(q(c)) for c in args.keep], *fields, *internal)
 
     return Step(where, apply)
 

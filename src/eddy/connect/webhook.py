@@ -420,6 +420,8 @@ class WebhookWriter(DataSourceWriter):
 class WebhookBatchSink:
     """Posts each micro-batch through `format("eddy-webhook")` (on the executors)."""
 
+    single_action = True
+
     def __init__(self, spec: WebhookSink, name: str, pipeline: str,
                  dead_letter: tuple[str, str] | None) -> None:
         self.spec = spec
