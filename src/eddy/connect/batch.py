@@ -17,7 +17,14 @@ TOPIC_COLUMN = "_eddy_topic"
 #: the source record's own key and value, kept so a dead letter carries the original bytes
 RAW_KEY_COLUMN = "_eddy_raw_key"
 RAW_VALUE_COLUMN = "_eddy_raw_value"
-INTERNAL_COLUMNS = (ERROR_COLUMN, POSITION_COLUMN, TOPIC_COLUMN, RAW_KEY_COLUMN, RAW_VALUE_COLUMN)
+#: where a record came from, carried through the transforms as it is; POSITION_COLUMN is
+#: made of them only for rows that fail (formatting it for every row is not free)
+SOURCE_TOPIC_COLUMN = "_eddy_src_topic"
+SOURCE_PARTITION_COLUMN = "_eddy_src_partition"
+SOURCE_OFFSET_COLUMN = "_eddy_src_offset"
+SOURCE_COLUMNS = (SOURCE_TOPIC_COLUMN, SOURCE_PARTITION_COLUMN, SOURCE_OFFSET_COLUMN)
+INTERNAL_COLUMNS = (ERROR_COLUMN, POSITION_COLUMN, TOPIC_COLUMN, RAW_KEY_COLUMN, RAW_VALUE_COLUMN,
+                    *SOURCE_COLUMNS)
 
 
 @dataclass(frozen=True)

@@ -25,15 +25,13 @@ from eddy.connect import sources
 from eddy.connect.batch import (
     ERROR_COLUMN,
     INTERNAL_COLUMNS,
-    RAW_KEY_COLUMN,
-    RAW_VALUE_COLUMN,
     TOPIC_COLUMN,
     BatchInfo,
     observed,
 )
 from eddy.connect.deadletter import KafkaDeadLetters
 from eddy.connect.sinks import build_sinks
-from eddy.connect.spec import ParseJson, Pipeline, Route
+from eddy.connect.spec import ParseJson, Pipeline, Route, Sql
 from eddy.connect.transforms import Plan, TransformError, compile_plan, infer_json_schema
 from eddy.log.state_files import atomic_write
 
@@ -117,19 +115,38 @@ def prepare(spark: SparkSession, pipeline: Pipeline) -> Prepared:
     return Prepared(pipeline, plan, run_id, schemas)
 
 
-def process_batch(prepared: Prepared, sinks: list[Any], dead: KafkaDeadLetters | None,
-                  df: DataFrame, batch_id: int) -> BatchStats:
-    """One micro-batch: transforms, sinks, dead letters. Raises to fail the batch.
+def transform(prepared: Prepared, df: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
+    """The pipeline's transforms over a source frame (streaming or one micro-batch), with
+    the internal columns dead letters need; and the frames of rows set aside as bad
+    before a `sql` step."""
+    pipeline = prepared.pipeline
+    out, aside = prepared.plan.run(sources.with_internal_columns(df, pipeline))
+    return (sources.finish_internal_columns(out, pipeline),
+            [sources.finish_internal_columns(frame, pipeline) for frame in aside])
 
-    With one sink that reads the batch in one action (and no `sql` step setting rows
-    aside), the batch is read once: bad rows are counted on the way (an Observation)
-    and only a batch that had some reads its source again to send them. Otherwise
-    the transformed batch is cached for the sinks and the dead letters."""
+
+def single_pass(pipeline: Pipeline, sinks: list[Any]) -> bool:
+    """Whether each micro-batch can be read once: one sink that reads its frame in one
+    Spark action, and no `sql` step (which sets bad rows aside in frames of their own).
+    Then the transforms are part of the streaming query (planned once, not per batch)
+    and bad rows are counted on the way to the sink (an Observation)."""
+    return (len(sinks) == 1 and bool(getattr(sinks[0], "single_action", False))
+            and not any(isinstance(t, Sql) for t in pipeline.transforms))
+
+
+def process_batch(prepared: Prepared, sinks: list[Any], dead: KafkaDeadLetters | None,
+                  df: DataFrame, batch_id: int, transformed: bool = False) -> BatchStats:
+    """One micro-batch: transforms (unless `transformed`), sinks, dead letters. Raises
+    to fail the batch.
+
+    In single_pass mode the batch is read once and only a batch that had bad rows reads
+    its source again to send them; otherwise the transformed batch is cached for the
+    sinks and the dead letters."""
     started = time.monotonic()
     stats = BatchStats(batch_id)
     info = BatchInfo(batch_id, prepared.run_id)
-    out, aside = prepared.plan.run(sources.with_internal_columns(df, prepared.pipeline))
-    if len(sinks) == 1 and getattr(sinks[0], "single_action", False) and not aside:
+    out, aside = (df, []) if transformed else transform(prepared, df)
+    if not aside and single_pass(prepared.pipeline, sinks):
         _single_pass(prepared, sinks[0], dead, out, info, stats)
     else:
         _cached(prepared, sinks, dead, out, aside, info, stats)
@@ -137,18 +154,18 @@ def process_batch(prepared: Prepared, sinks: list[Any], dead: KafkaDeadLetters |
     return stats
 
 
-def _output_columns(prepared: Prepared, out: DataFrame) -> list[str]:
+def _output_columns(pipeline: Pipeline, out: DataFrame) -> list[str]:
     """The columns sinks get: internal ones dropped (a routed topic kept), quoted."""
-    routed = any(isinstance(t, Route) for t in prepared.pipeline.transforms)
+    routed = any(isinstance(t, Route) for t in pipeline.transforms)
     return [f"`{c}`" for c in out.columns if c not in INTERNAL_COLUMNS or (
         routed and c == TOPIC_COLUMN)]
 
 
-def _good_rows(prepared: Prepared, out: DataFrame) -> DataFrame:
-    """The rows without an error, with the output columns."""
+def good_rows(pipeline: Pipeline, out: DataFrame) -> DataFrame:
+    """The transformed rows without an error, with the columns sinks get."""
     from pyspark.sql import functions as F
 
-    columns = _output_columns(prepared, out)
+    columns = _output_columns(pipeline, out)
     return out.filter(F.col(ERROR_COLUMN).isNull()).select(*columns)
 
 
@@ -159,10 +176,10 @@ def _single_pass(prepared: Prepared, sink: Any, dead: KafkaDeadLetters | None,
 
     watch = Observation()
     # only what the sink needs, and the error: Spark does not prune columns through an
-    # observation, so the internal ones (source position, raw bytes) would be computed
-    narrow = out.select(*_output_columns(prepared, out), ERROR_COLUMN)
+    # observation
+    narrow = out.select(*_output_columns(prepared.pipeline, out), ERROR_COLUMN)
     watched = narrow.observe(watch, F.count(F.col(ERROR_COLUMN)).alias("bad"))
-    sink.write(_good_rows(prepared, watched), info)
+    sink.write(good_rows(prepared.pipeline, watched), info)
     metrics = observed(watch)
     # no metrics: the sink had nothing to do (a replay of a committed batch): look again
     if metrics is None or metrics["bad"]:
@@ -175,14 +192,9 @@ def _cached(prepared: Prepared, sinks: list[Any], dead: KafkaDeadLetters | None,
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    # the source's raw bytes are only needed for dead letters: drop them from good rows
-    # before caching (the cache then holds little more than the output)
-    for raw in (RAW_KEY_COLUMN, RAW_VALUE_COLUMN):
-        if raw in out.columns:
-            out = out.withColumn(raw, F.when(F.col(ERROR_COLUMN).isNotNull(), F.col(raw)))
     out = out.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        good = _good_rows(prepared, out)
+        good = good_rows(prepared.pipeline, out)
         for sink in sinks:
             sink.write(good, info)
         _send_dead_letters(dead, [out.filter(F.col(ERROR_COLUMN).isNotNull()), *aside],
@@ -211,14 +223,20 @@ def start(spark: SparkSession, prepared: Prepared) -> StreamingQuery:
     sinks = build_sinks(pipeline)
     target = pipeline.dead_letter_target()
     dead = KafkaDeadLetters(target[0], target[1], pipeline.name) if target else None
+    stream = sources.stream(spark, pipeline,
+                            sources.value_json_pushdown(pipeline, prepared.json_schemas))
+    transformed = single_pass(pipeline, sinks)
+    if transformed:
+        try:
+            stream, _ = transform(prepared, stream)
+        except TransformError as exc:
+            raise PipelineError(str(exc)) from None
 
     def on_batch(df: DataFrame, batch_id: int) -> None:
-        stats = process_batch(prepared, sinks, dead, df, batch_id)
+        stats = process_batch(prepared, sinks, dead, df, batch_id, transformed)
         prepared.batches.append(stats)
         del prepared.batches[:-100]
 
-    stream = sources.stream(spark, pipeline,
-                            sources.value_json_pushdown(pipeline, prepared.json_schemas))
     writer = (
         stream.writeStream.foreachBatch(on_batch)
         .queryName(pipeline.name.replace("-", "_").replace(".", "_"))

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from eddy.connect.batch import (
     ERROR_COLUMN,
     POSITION_COLUMN,
     RAW_KEY_COLUMN,
     RAW_VALUE_COLUMN,
+    SOURCE_COLUMNS,
+    SOURCE_OFFSET_COLUMN,
+    SOURCE_PARTITION_COLUMN,
+    SOURCE_TOPIC_COLUMN,
 )
 from eddy.connect.spec import DatagenSource, EddySource, FilesSource, Pipeline
 
@@ -54,24 +58,46 @@ def datagen_options(src: DatagenSource) -> dict[str, str]:
 
 
 def with_internal_columns(df: DataFrame, pipeline: Pipeline) -> DataFrame:
-    """Add the columns the runtime tracks rows by: source position, raw bytes, error."""
+    """Add the columns the runtime tracks rows by before the transforms: where each
+    record came from, its raw key and value (eddy source), the error (null). After the
+    transforms, finish_internal_columns turns them into what dead letters carry."""
     from pyspark.sql import functions as F
 
     src = pipeline.source
+    added: dict[str, Any] = {}
     if isinstance(src, EddySource):
-        df = df.withColumn(
-            POSITION_COLUMN,
-            F.concat_ws("", F.col("topic"), F.lit("/"), F.col("partition").cast("string"),
-                        F.lit("@"), F.col("offset").cast("string")),
-        )
-        df = df.withColumn(RAW_KEY_COLUMN, F.col("key")).withColumn(
-            RAW_VALUE_COLUMN, F.col("value"))
+        added = {SOURCE_TOPIC_COLUMN: F.col("topic"), SOURCE_PARTITION_COLUMN: F.col("partition"),
+                 SOURCE_OFFSET_COLUMN: F.col("offset"), RAW_KEY_COLUMN: F.col("key"),
+                 RAW_VALUE_COLUMN: F.col("value")}
     elif isinstance(src, DatagenSource) and "id" in df.columns:
-        df = df.withColumn(POSITION_COLUMN, F.concat(F.lit("datagen@"),
-                                                     F.col("id").cast("string")))
-    if POSITION_COLUMN not in df.columns:
-        df = df.withColumn(POSITION_COLUMN, F.lit(None).cast("string"))
-    return df.withColumn(ERROR_COLUMN, F.lit(None).cast("string"))
+        added = {SOURCE_OFFSET_COLUMN: F.col("id").cast("bigint")}
+    if POSITION_COLUMN not in df.columns:  # the files source sets it (the file's path)
+        added[POSITION_COLUMN] = F.lit(None).cast("string")
+    added[ERROR_COLUMN] = F.lit(None).cast("string")
+    return df.withColumns(added)
+
+
+def finish_internal_columns(df: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """After the transforms: the position (`topic/partition@offset`, `datagen@id` or a
+    file path) and the raw key and value only on rows that failed (null elsewhere, so
+    good rows carry nothing extra), the source columns dropped."""
+    from pyspark.sql import functions as F
+
+    failed = F.col(ERROR_COLUMN).isNotNull()
+    columns = set(df.columns)
+    if SOURCE_TOPIC_COLUMN in columns:
+        position = F.concat(F.col(SOURCE_TOPIC_COLUMN), F.lit("/"),
+                            F.col(SOURCE_PARTITION_COLUMN).cast("string"), F.lit("@"),
+                            F.col(SOURCE_OFFSET_COLUMN).cast("string"))
+    elif SOURCE_OFFSET_COLUMN in columns:
+        position = F.concat(F.lit("datagen@"), F.col(SOURCE_OFFSET_COLUMN).cast("string"))
+    else:
+        position = F.col(POSITION_COLUMN)
+    finished = {POSITION_COLUMN: F.when(failed, position)}
+    for raw in (RAW_KEY_COLUMN, RAW_VALUE_COLUMN):
+        if raw in columns:
+            finished[raw] = F.when(failed, F.col(raw))
+    return df.withColumns(finished).drop(*[c for c in SOURCE_COLUMNS if c in columns])
 
 
 def value_json_pushdown(pipeline: Pipeline, json_schemas: dict[int, str]) -> str | None:
