@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -33,10 +34,14 @@ class BatchInfo:
 
     `run_id` names one checkpoint's life: Spark restarts batch ids at 0 when a
     checkpoint is deleted, so (run_id, batch_id) is what a sink may deduplicate on.
+    `rows`, when the runtime knows how, tells how many rows the frame a sink got had,
+    once the sink's action has run (None when it has not); a sink that needs the count
+    then has no need to count them itself.
     """
 
     batch_id: int
     run_id: str
+    rows: Callable[[], int | None] | None = field(default=None, compare=False)
 
 
 class DeadLetters(Protocol):

@@ -144,7 +144,7 @@ class FilesBatchSink:
         shutil.rmtree(staging, ignore_errors=True)
 
         files: list[str] = []
-        if self._write_staging(df, staging):
+        if self._write_staging(df, staging, batch):
             self._step("staged")
             moves = self._plan_moves(staging, tag)
             files = [dest for _, dest in moves]
@@ -164,21 +164,29 @@ class FilesBatchSink:
         manifest.unlink(missing_ok=True)
         self._prune(batch)
 
-    def _write_staging(self, df: DataFrame, staging: Path) -> bool:
+    def _write_staging(self, df: DataFrame, staging: Path, batch: BatchInfo) -> bool:
         """Write the batch under `staging`; False if it had no rows (nothing to move:
-        Spark writes an empty file for an empty frame)."""
+        Spark writes an empty file for an empty frame). The rows are counted by the
+        runtime when it can tell (batch.rows), else on the way (an Observation)."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
         spec = self.spec
-        rows = Observation()
-        writer: Any = df.observe(rows, F.count(F.lit(1)).alias("rows")).write.format(
-            spec.format).options(**spec.options)
+        watch: Observation | None = None
+        if batch.rows is None:
+            watch = Observation()
+            df = df.observe(watch, F.count(F.lit(1)).alias("rows"))
+        writer: Any = df.write.format(spec.format).options(**spec.options)
         if spec.partition_by:
             writer = writer.partitionBy(*spec.partition_by)
         writer.mode("overwrite").save(str(staging))
-        metrics = observed(rows)
-        if metrics is not None and metrics["rows"] == 0:
+        if watch is not None:
+            seen = observed(watch)
+            rows = None if seen is None else int(seen["rows"])
+        else:
+            assert batch.rows is not None
+            rows = batch.rows()
+        if rows == 0:
             shutil.rmtree(staging, ignore_errors=True)
             with contextlib.suppress(OSError):
                 staging.parent.rmdir()  # the staging root, if no other batch is in it

@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -178,8 +178,14 @@ def _single_pass(prepared: Prepared, sink: Any, dead: KafkaDeadLetters | None,
     # only what the sink needs, and the error: Spark does not prune columns through an
     # observation
     narrow = out.select(*_output_columns(prepared.pipeline, out), ERROR_COLUMN)
-    watched = narrow.observe(watch, F.count(F.col(ERROR_COLUMN)).alias("bad"))
-    sink.write(good_rows(prepared.pipeline, watched), info)
+    watched = narrow.observe(watch, F.count(F.lit(1)).alias("rows"),
+                             F.count(F.col(ERROR_COLUMN)).alias("bad"))
+
+    def good_count() -> int | None:
+        seen = observed(watch)
+        return None if seen is None else int(seen["rows"]) - int(seen["bad"])
+
+    sink.write(good_rows(prepared.pipeline, watched), replace(info, rows=good_count))
     metrics = observed(watch)
     # no metrics: the sink had nothing to do (a replay of a committed batch): look again
     if metrics is None or metrics["bad"]:
