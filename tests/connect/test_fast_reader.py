@@ -328,3 +328,11 @@ def test_librdkafka_takes_over_where_the_fast_reader_stops(eddy: Any,
     table = pa.Table.from_batches(list(kafka_source.read_range(
         _options(eddy.bootstrap, topic, includeHeaders="false"), rng)))
     assert table.column("offset").to_pylist() == list(range(10, 3000))
+
+
+def test_a_fetch_asks_for_about_what_is_left_of_the_range() -> None:
+    cap = 16 << 20
+    assert fetcher.fetch_size(10, 100.0, cap) == fetcher.MIN_FETCH_BYTES + 1100
+    assert fetcher.fetch_size(0, 100.0, cap) == fetcher.MIN_FETCH_BYTES
+    assert fetcher.fetch_size(10_000_000, 100.0, cap) == cap
+    assert fetcher.fetch_size(50_000, 120.0, cap) == int(50_000 * 120 * 1.1) + (64 << 10)

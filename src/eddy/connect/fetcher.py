@@ -330,6 +330,20 @@ def _control_type(batch: bytes | bytearray | memoryview, pos: int, h: Any) -> in
     return -1
 
 
+#: bytes per record assumed for the first fetch of a range (then measured)
+GUESS_RECORD_BYTES = 256.0
+#: the least a fetch asks for
+MIN_FETCH_BYTES = 64 << 10
+
+
+def fetch_size(remaining: int, record_bytes: float, cap: int) -> int:
+    """Bytes to ask of one Fetch: what the rest of the range should take (10 % more than
+    measured so far), so that the end of a small range does not pull megabytes of
+    records past it; between MIN_FETCH_BYTES and `cap`."""
+    want = int(remaining * record_bytes * 1.1) + MIN_FETCH_BYTES
+    return max(MIN_FETCH_BYTES, min(cap, want))
+
+
 class RangeDecoder:
     """Sans-IO: the records of fetch responses for offsets [start, end) of one partition,
     as column batches of `batch_rows` records (RecordColumns.take() dicts)."""
@@ -393,10 +407,13 @@ def read_partition(config: FetchConfig, topic: str, partition: int, start: int, 
     decoder = RangeDecoder(start, end, with_headers, batch_rows, config.read_committed)
     fetcher = PartitionFetcher(config, topic, partition)
     last_progress = clock()
-    max_bytes = config.partition_max_bytes
+    record_bytes = GUESS_RECORD_BYTES
+    grow = 1  # doubles while one batch is bigger than what was asked for
     try:
         while not decoder.done:
             deadline = last_progress + stall_timeout_s
+            max_bytes = fetch_size(end - decoder.next_offset, record_bytes,
+                                   config.partition_max_bytes) * grow
             data = fetcher.fetch(decoder.next_offset, max_bytes, deadline, clock)
             code = int(data.error_code)
             if code == OFFSET_OUT_OF_RANGE:
@@ -418,11 +435,12 @@ def read_partition(config: FetchConfig, topic: str, partition: int, start: int, 
                 yield emit(cols)
             if decoder.next_offset > before:
                 last_progress = clock()
-                max_bytes = config.partition_max_bytes
+                if decoder.used:
+                    record_bytes = max(1.0, decoder.used / (decoder.next_offset - before))
+                grow = 1
                 continue
-            if records and decoder.used == 0:
-                # one batch bigger than what we asked for (a broker without KIP-74)
-                max_bytes = min(max_bytes * 2, 1 << 30)
+            if records and decoder.used == 0 and max_bytes * 2 <= 1 << 30:
+                grow *= 2  # one batch bigger than what was asked for (a broker without KIP-74)
             if clock() - last_progress > stall_timeout_s:
                 raise FetchFailed(
                     f"reading {topic}/{partition}: no progress at offset "
