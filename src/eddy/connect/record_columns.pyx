@@ -200,6 +200,19 @@ cdef inline int64_t _zigzag(const uint8_t** p, const uint8_t* end, int max_bytes
     return <int64_t>(u >> 1) ^ -(<int64_t>(u & 1))
 
 
+cdef inline int _field(const uint8_t** p, const uint8_t* end, _BinaryColumn column,
+                       bint nullable, str what) except -1:
+    """Append the length-prefixed bytes at p[0] (length -1: null) to `column`; p[0] moves
+    past them."""
+    cdef int64_t n = _zigzag(p, end, 5)
+    if n > end - p[0] or (n < 0 and (n != -1 or not nullable)):
+        raise CorruptBatch(f"a {what} runs past its record")
+    column.append(p[0], n)
+    if n > 0:
+        p[0] += n
+    return 0
+
+
 cdef class RecordColumns:
     """Records appended as Arrow columns: key, value, offset, timestamp (us), timestampType,
     and (with headers) the list<struct<key string, value binary>> headers column."""
@@ -243,7 +256,7 @@ cdef class RecordColumns:
         after `stop` (nothing appended). offset_out gets its offset, next_out its end."""
         cdef int64_t length = _zigzag(&p, end, 5)
         cdef const uint8_t* rec_end
-        cdef int64_t ts_delta, off_delta, n, offset, hcount, i, klen, vlen
+        cdef int64_t ts_delta, off_delta, offset, hcount, i
         if length < 0 or p + length > end:
             raise CorruptBatch("a record length runs past its batch")
         rec_end = p + length
@@ -259,18 +272,8 @@ cdef class RecordColumns:
             return 0
         if offset >= stop:
             return 2
-        n = _zigzag(&p, rec_end, 5)
-        if n > rec_end - p:
-            raise CorruptBatch("a record key runs past its record")
-        self.keys.append(p, n if n >= 0 else -1)
-        if n > 0:
-            p += n
-        n = _zigzag(&p, rec_end, 5)
-        if n > rec_end - p:
-            raise CorruptBatch("a record value runs past its record")
-        self.values.append(p, n if n >= 0 else -1)
-        if n > 0:
-            p += n
+        _field(&p, rec_end, self.keys, True, "record key")
+        _field(&p, rec_end, self.values, True, "record value")
         self.offsets.append_i64(offset)
         self.timestamps.append_i64((fixed_ts if ts_type else base_ts + ts_delta) * 1000)
         self.timestamp_types.append_i32(ts_type)
@@ -279,17 +282,8 @@ cdef class RecordColumns:
             if hcount < 0 or hcount > rec_end - p:
                 raise CorruptBatch("a record header count runs past its record")
             for i in range(hcount):
-                klen = _zigzag(&p, rec_end, 5)
-                if klen < 0 or klen > rec_end - p:
-                    raise CorruptBatch("a header key runs past its record")
-                self.header_keys.append(p, klen)
-                p += klen
-                vlen = _zigzag(&p, rec_end, 5)
-                if vlen > rec_end - p:
-                    raise CorruptBatch("a header value runs past its record")
-                self.header_values.append(p, vlen if vlen >= 0 else -1)
-                if vlen > 0:
-                    p += vlen
+                _field(&p, rec_end, self.header_keys, False, "header key")
+                _field(&p, rec_end, self.header_values, True, "header value")
             self.header_count += hcount
             if self.header_count > 0x7FFFFFFF:
                 raise OverflowError("too many headers in one column batch")
