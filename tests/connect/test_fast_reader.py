@@ -336,3 +336,18 @@ def test_a_fetch_asks_for_about_what_is_left_of_the_range() -> None:
     assert fetcher.fetch_size(0, 100.0, cap) == fetcher.MIN_FETCH_BYTES
     assert fetcher.fetch_size(10_000_000, 100.0, cap) == cap
     assert fetcher.fetch_size(50_000, 120.0, cap) == int(50_000 * 120 * 1.1) + (64 << 10)
+
+
+def test_client_options_it_cannot_take_name_the_option() -> None:
+    with pytest.raises(OptionError, match=r"kafka\.isolation\.level"):
+        fetcher.FetchConfig.from_client("127.0.0.1:9092", {"isolation.level": "dirty"})
+    with pytest.raises(OptionError, match=r"kafka\.max\.partition\.fetch\.bytes"):
+        fetcher.FetchConfig.from_client("127.0.0.1:9092", {"max.partition.fetch.bytes": "x"})
+    with pytest.raises(OptionError, match=r"kafka\.bootstrap\.servers"):
+        fetcher.FetchConfig.from_client("localhost", {})
+    conf = fetcher.FetchConfig.from_client("127.0.0.1:9092,[::1]:9093", {
+        "isolation.level": "read_uncommitted", "max.partition.fetch.bytes": "1048576"})
+    assert conf.bootstrap == [("127.0.0.1", 9092), ("::1", 9093)]
+    assert not conf.read_committed and conf.partition_max_bytes == 1 << 20
+    with pytest.raises(Unsupported, match="sasl_ssl"):
+        fetcher.FetchConfig.from_client("127.0.0.1:9092", {"security.protocol": "SASL_SSL"})

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eddy.client.raw import RawClient
+from eddy.connect.options import OptionError, int_option
 from eddy.protocol.record_batch import (
     CONTROL_BIT,
     HEADER_SIZE,
@@ -59,6 +60,10 @@ OFFSET_OUT_OF_RANGE = 1
 EARLIEST_TIMESTAMP = -2
 _CONTROL_KEY = struct.Struct(">hh")
 ABORT_MARKER = 0
+#: bytes per record assumed for the first fetch of a range (then measured)
+GUESS_RECORD_BYTES = 256.0
+#: the least a fetch asks for
+MIN_FETCH_BYTES = 64 << 10
 
 
 class Unsupported(Exception):
@@ -91,10 +96,10 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
             continue
         host, _, port = item.rpartition(":")
         if not host or not port.isdigit():
-            raise FetchFailed(f"kafka.bootstrap.servers: {item!r} is not HOST:PORT")
+            raise OptionError(f"option kafka.bootstrap.servers: {item!r} is not HOST:PORT")
         out.append((host.strip("[]"), int(port)))
     if not out:
-        raise FetchFailed("kafka.bootstrap.servers is empty")
+        raise OptionError("option kafka.bootstrap.servers is empty")
     return out
 
 
@@ -115,23 +120,26 @@ class FetchConfig:
             raise Unsupported(f"security.protocol={protocol}")
         isolation = client.get("isolation.level", "read_committed")
         if isolation not in ("read_committed", "read_uncommitted"):
-            raise FetchFailed(f"isolation.level: {isolation!r} is not read_committed or "
-                              "read_uncommitted")
+            raise OptionError(f"option kafka.isolation.level: {isolation!r} is not "
+                              "read_committed or read_uncommitted")
         conf = cls(parse_bootstrap(bootstrap), read_committed=isolation == "read_committed")
         if "client.id" in client:
             conf.client_id = client["client.id"]
-        if "max.partition.fetch.bytes" in client:
-            conf.partition_max_bytes = max(1 << 16, int(client["max.partition.fetch.bytes"]))
+        name = "kafka.max.partition.fetch.bytes"
+        fetch_bytes = int_option({name: client.get(name[6:], "")}, name, minimum=1)
+        if fetch_bytes is not None:
+            conf.partition_max_bytes = max(MIN_FETCH_BYTES, fetch_bytes)
         return conf
 
 
 def _request(api_key: int, version: int, name: str) -> Any:
-    from kio.index import load_request_schema
-
-    module = load_request_schema(api_key, version).__module__
+    """kio's class `name` from the module of that API version's request."""
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    from kio.index import load_request_schema
+
+    return getattr(importlib.import_module(load_request_schema(api_key, version).__module__),
+                   name)
 
 
 class PartitionFetcher:
@@ -328,12 +336,6 @@ def _control_type(batch: bytes | bytearray | memoryview, pos: int, h: Any) -> in
         if record.key is not None and len(record.key) >= 4:
             return int(_CONTROL_KEY.unpack_from(record.key)[1])
     return -1
-
-
-#: bytes per record assumed for the first fetch of a range (then measured)
-GUESS_RECORD_BYTES = 256.0
-#: the least a fetch asks for
-MIN_FETCH_BYTES = 64 << 10
 
 
 def fetch_size(remaining: int, record_bytes: float, cap: int) -> int:

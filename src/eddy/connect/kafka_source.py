@@ -206,7 +206,7 @@ def read_range(options: KafkaOptions, rng: TopicRange,
     schema = _arrow_schema(options.include_headers).append(pa.field(PARSED_COLUMN, parser.type))
     for batch in batches:
         yield batch.append_column(schema.field(len(batch.schema)),
-                                  parser.parse(batch.column(1)))
+                                  parser.parse(batch.column("value")))
 
 
 def _read_range(options: KafkaOptions, rng: TopicRange, clock: Any) -> Iterator[Any]:
