@@ -146,7 +146,7 @@ def process_batch(prepared: Prepared, sinks: list[Any], dead: KafkaDeadLetters |
     stats = BatchStats(batch_id)
     info = BatchInfo(batch_id, prepared.run_id)
     out, aside = (df, []) if transformed else transform(prepared, df)
-    if not aside and single_pass(prepared.pipeline, sinks):
+    if single_pass(prepared.pipeline, sinks):  # then no step set rows aside
         _single_pass(prepared, sinks[0], dead, out, info, stats)
     else:
         _cached(prepared, sinks, dead, out, aside, info, stats)

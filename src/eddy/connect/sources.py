@@ -122,10 +122,10 @@ def value_json_pushdown(pipeline: Pipeline, json_schemas: dict[int, str]) -> str
 
 def stream(spark: SparkSession, pipeline: Pipeline, value_json: str | None = None
            ) -> DataFrame:
-    """The streaming DataFrame of the pipeline's source, as the source gives it: the
-    runtime adds the internal columns to each micro-batch (with_internal_columns), so
-    that Spark computes them only where a batch's plan uses them. `value_json` is
-    value_json_pushdown's option (the reader pre-parses values)."""
+    """The streaming DataFrame of the pipeline's source, as the source gives it (the
+    runtime adds the internal columns with the transforms, runtime.transform: on the
+    stream itself or on each micro-batch). `value_json` is value_json_pushdown's option
+    (the reader pre-parses values)."""
     src = pipeline.source
     if isinstance(src, EddySource):
         opts = eddy_options(src)

@@ -125,17 +125,17 @@ def parse_json(t: ParseJson, schema: str | None, where: str) -> Step:
         parsed = F.from_json(text, with_corrupt, {"columnNameOfCorruptRecord": CORRUPT,
                                                   "mode": "PERMISSIVE"})
         tmp = "_eddy_parsed"
-        df = df.withColumn(tmp, parsed)
         corrupt = F.col(f"{tmp}.{CORRUPT}").isNotNull()
         fields = [F.col(f"{tmp}.{q(f.name)}").alias(f.name) for f in struct.fields]
         if args.field == "value" and PARSED_COLUMN in df.columns:
             # the reader parsed most values already (json_columns): from_json only runs
             # where it did not, and its fields are taken only there
             pre = F.col(PARSED_COLUMN)
-            df = df.withColumn(tmp, F.when(pre.isNull(), parsed))
+            parsed = F.when(pre.isNull(), parsed)
             corrupt = pre.isNull() & corrupt
             fields = [F.when(pre.isNull(), F.col(f"{tmp}.{q(f.name)}"))
                       .otherwise(pre[f.name]).alias(f.name) for f in struct.fields]
+        df = df.withColumn(tmp, parsed)
         df = _fail_if(
             df,
             F.col(args.field).isNull() | corrupt,
