@@ -71,8 +71,7 @@ name: bench-pipeline
 source:
   type: eddy
   bootstrap: {bootstrap}
-  topic: {topic}
-  max_records_per_batch: {batch}
+  topic: {topic}{batch}
 transforms:
   - parse_json: {{schema: "id LONG, email STRING, amount DOUBLE, region STRING, note STRING"}}
   - mask: {{field: email, method: hash, salt: bench}}
@@ -120,8 +119,43 @@ def timed(label: str, fn: Any, rows: int, results: dict[str, Any], broker_pid: i
     results[label] = {"seconds": round(seconds, 2), "rows_per_s": round(rows / seconds),
                       "cpu_s": cpu}
     per_row = ", ".join(f"{k} {v * 1e6 / rows:.2f}" for k, v in cpu.items())
-    print(f"  {label:<36} {seconds:7.2f} s  {rows / seconds:>10,.0f} rows/s   "
+    print(f"  {label:<38} {seconds:7.2f} s  {rows / seconds:>10,.0f} rows/s   "
           f"CPU us/row: {per_row}", flush=True)
+
+
+def run_pipeline(spark: Any, pipeline: Any, batch: int, n: int, results: dict[str, Any],
+                 broker_pid: int) -> None:
+    """The pipeline itself, timed; then what its micro-batches took and a row count of
+    what it wrote."""
+    from eddy.connect.runtime import run
+
+    progress: dict[int, Any] = {}
+
+    def watch(query: Any, _prepared: Any) -> None:
+        for p in query.recentProgress:
+            progress[p["batchId"]] = p
+
+    label = (f"pipeline, micro-batches of {batch:,}" if batch
+             else "pipeline, backlog in one micro-batch")
+    timed(label, lambda: run(spark, pipeline, on_progress=watch, poll_s=0.5), n, results,
+          broker_pid)
+    batches = [progress[b] for b in sorted(progress)]
+    results[label]["micro_batches"] = [
+        {"rows": p["numInputRows"], "ms": p["durationMs"]["triggerExecution"]}
+        for p in batches]
+    later = [p for p in batches[1:] if p["numInputRows"]]
+    if later:
+        rows = sum(p["numInputRows"] for p in later)
+        ms = sum(p["durationMs"]["triggerExecution"] for p in later)
+        results[label]["after_first_batch_rows_per_s"] = round(rows * 1000 / ms)
+        print(f"    {len(batches)} micro-batches; the first took "
+              f"{batches[0]['durationMs']['triggerExecution'] / 1000:.1f} s, the "
+              f"{len(later)} after it ran at {rows * 1000 / ms:,.0f} rows/s", flush=True)
+    out = pipeline.sinks[0].path
+    written = spark.read.parquet(out).count()
+    results[label]["rows_written"] = written
+    if written != n:
+        print(f"  WARNING: the pipeline wrote {written} rows, expected {n}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,8 +165,10 @@ def main(argv: list[str] | None = None) -> int:
                          "warm-up to be a part, not the whole)")
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--batch", type=int, default=1_000_000,
-                    help="max_records_per_batch of the pipeline (1,000,000)")
+    ap.add_argument("--batch", default="0,1000000",
+                    help="max_records_per_batch of the pipeline, one run per value; 0 is "
+                         "the pipeline's default, no cap: the backlog in one micro-batch "
+                         "(0,1000000)")
     ap.add_argument("--only", default="read,transform,parquet,pipeline",
                     help="comma-separated subset of read,transform,parquet,pipeline")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
@@ -162,13 +198,18 @@ def main(argv: list[str] | None = None) -> int:
         results["spark_startup_s"] = round(time.perf_counter() - started, 2)
         print(f"  spark startup {results['spark_startup_s']} s", flush=True)
 
-        from eddy.connect.runtime import good_rows, run
+        from eddy.connect.runtime import good_rows
         from eddy.connect.spec import load_pipeline_text
         from eddy.connect.transforms import compile_plan
 
-        spec_text = PIPELINE.format(bootstrap=broker.bootstrap, topic=topic, batch=args.batch,
-                                    out=work / "out", checkpoint=work / "ck")
-        pipeline = load_pipeline_text(spec_text, "bench")
+        def pipeline_spec(batch: int) -> Any:
+            cap = f"\n  max_records_per_batch: {batch}" if batch else ""
+            return load_pipeline_text(PIPELINE.format(
+                bootstrap=broker.bootstrap, topic=topic, batch=cap, out=work / f"out-{batch}",
+                checkpoint=work / f"ck-{batch}"), "bench")
+
+        batch_sizes = [int(b) for b in args.batch.split(",") if b.strip()]
+        pipeline = pipeline_spec(batch_sizes[0])
         plan = compile_plan(pipeline.transforms, {})
         from eddy.connect.json_columns import OPTION
         from eddy.connect.sources import value_json_pushdown, with_internal_columns
@@ -201,31 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             timed("read+transforms -> parquet", lambda: transformed().write
                   .mode("overwrite").parquet(str(work / "batch-out")), n, results, broker.pid)
         if "pipeline" in phases:
-            progress: dict[int, Any] = {}
-
-            def watch(query: Any, _prepared: Any) -> None:
-                for p in query.recentProgress:
-                    progress[p["batchId"]] = p
-
-            timed("pipeline (streaming, exactly-once)",
-                  lambda: run(spark, pipeline, on_progress=watch, poll_s=0.5), n, results,
-                  broker.pid)
-            batches = [progress[b] for b in sorted(progress)]
-            results["micro_batches"] = [
-                {"rows": p["numInputRows"], "ms": p["durationMs"]["triggerExecution"]}
-                for p in batches]
-            later = [p for p in batches[1:] if p["numInputRows"]]
-            if later:
-                rows = sum(p["numInputRows"] for p in later)
-                ms = sum(p["durationMs"]["triggerExecution"] for p in later)
-                results["pipeline_after_first_batch_rows_per_s"] = round(rows * 1000 / ms)
-                print(f"  {len(batches)} micro-batches; the first took "
-                      f"{batches[0]['durationMs']['triggerExecution'] / 1000:.1f} s, the "
-                      f"{len(later)} after it ran at {rows * 1000 / ms:,.0f} rows/s", flush=True)
-            written = spark.read.parquet(str(work / "out")).count()
-            results["pipeline_rows_written"] = written
-            if written != n:
-                print(f"  WARNING: the pipeline wrote {written} rows, expected {n}")
+            for batch in batch_sizes:
+                run_pipeline(spark, pipeline_spec(batch), batch, n, results, broker.pid)
         spark.stop()
     finally:
         broker.stop()

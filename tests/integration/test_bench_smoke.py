@@ -43,3 +43,25 @@ def test_bench_smoke_prints_every_row(tmp_path: Path) -> None:
     assert len(results) == 1
     data = json.loads(results[0].read_text())
     assert not data["results"]["eddy"]["errors"]
+
+
+def test_pipeline_bench_smoke_writes_every_record() -> None:
+    """`python -m bench.pipeline` on a small topic: every phase runs and each pipeline
+    run (one micro-batch, then several) writes each record once."""
+    records = 20_000
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.pipeline", "--records", str(records),
+         "--batch", "0,6000"],
+        cwd=ROOT, capture_output=True, text=True, timeout=280, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-6000:]}"
+    results = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert results["records"] == records
+    for phase in ("read -> noop", "read+transforms -> noop", "read+transforms -> parquet"):
+        assert results[phase]["rows_per_s"] > 0, phase
+    one = results["pipeline, backlog in one micro-batch"]
+    several = results["pipeline, micro-batches of 6,000"]
+    assert one["rows_written"] == several["rows_written"] == records
+    assert [b["rows"] for b in one["micro_batches"]] == [records]
+    assert sum(b["rows"] for b in several["micro_batches"]) == records
+    assert len(several["micro_batches"]) == 4  # 6000 + 6000 + 6000 + 2000
