@@ -59,13 +59,18 @@ def pushable_fields(struct_json: dict[str, Any]) -> list[tuple[str, str]] | None
     return out or None
 
 
-def column_ddl(struct_json: str) -> str:
-    """DDL of PARSED_COLUMN for a data source schema."""
+def _fields(struct_json: str) -> list[tuple[str, str]]:
     fields = pushable_fields(json.loads(struct_json))
     if fields is None:
         raise ValueError(f"option {OPTION}: only flat structs of "
                          f"{', '.join(d for _, d in _TYPES.values())} can be parsed here")
-    inner = ", ".join(f"`{n.replace('`', '``')}`: {_TYPES[k][1]}" for n, k in fields)
+    return fields
+
+
+def column_ddl(struct_json: str) -> str:
+    """DDL of PARSED_COLUMN for a data source schema."""
+    inner = ", ".join(f"`{n.replace('`', '``')}`: {_TYPES[k][1]}"
+                      for n, k in _fields(struct_json))
     return f"`{PARSED_COLUMN}` STRUCT<{inner}>"
 
 
@@ -76,10 +81,8 @@ class ValueParser:
         import pyarrow as pa
         import pyarrow.json as pj
 
-        fields = pushable_fields(json.loads(struct_json))
-        if fields is None:
-            raise ValueError(f"option {OPTION}: not a flat struct of supported types")
-        self.type = pa.struct([pa.field(n, getattr(pa, _TYPES[k][0])()) for n, k in fields])
+        self.type = pa.struct([pa.field(n, getattr(pa, _TYPES[k][0])())
+                               for n, k in _fields(struct_json)])
         self._options = pj.ParseOptions(explicit_schema=pa.schema(list(self.type)),
                                         unexpected_field_behavior="ignore")
 
