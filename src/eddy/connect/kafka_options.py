@@ -60,10 +60,11 @@ def _json(options: Mapping[str, str], name: str) -> Any:
         raise OptionError(f"option {name}: not valid JSON ({exc.msg})") from None
 
 
-def _parse_value_schema(options: Mapping[str, str]) -> str | None:
+def _parse_value_schema(lower: Mapping[str, str]) -> str | None:
+    """The parseValueSchema option (options keyed in lower case), checked."""
     from eddy.connect.json_columns import OPTION, pushable_fields
 
-    raw = next((v for k, v in options.items() if k.lower() == OPTION.lower()), None)
+    raw = lower.get(OPTION.lower())
     if raw is None:
         return None
     try:
@@ -191,7 +192,7 @@ class KafkaOptions:
             client=client,
             topic=lower.get("topic"),
             reader=reader,
-            parse_value_schema=_parse_value_schema(opts),
+            parse_value_schema=_parse_value_schema(lower),
         )
 
     def schema(self) -> str:

@@ -244,11 +244,6 @@ cdef class RecordColumns:
         self.rows = 0
         self.header_count = 0
 
-    @property
-    def data_bytes(self):
-        """Bytes of key and value data held so far."""
-        return self.keys.data.used + self.values.data.used
-
     cdef int _record(self, const uint8_t* p, const uint8_t* end, int64_t base_offset,
                      int64_t base_ts, int64_t fixed_ts, int ts_type, int64_t start,
                      int64_t stop, int64_t* offset_out, const uint8_t** next_out) except -1:
@@ -293,10 +288,10 @@ cdef class RecordColumns:
 
     def append_records(self, const uint8_t[::1] records, int count, int64_t base_offset,
                        int64_t base_timestamp, int64_t max_timestamp, bint log_append_time,
-                       int64_t start, int64_t stop, Py_ssize_t max_rows=-1):
+                       int64_t start, int64_t stop):
         """Append the `count` records of one batch (its records section, decompressed)
         whose offsets are in [start, stop). Returns (records appended, offset after the
-        last record looked at, whether `stop` or `max_rows` ended it)."""
+        last record looked at, whether `stop` ended it)."""
         cdef const uint8_t* p = &records[0] if records.shape[0] else NULL
         cdef const uint8_t* end = p + records.shape[0]
         cdef int64_t offset = -1
@@ -305,8 +300,6 @@ cdef class RecordColumns:
         cdef int i, got
         cdef int ts_type = 1 if log_append_time else 0
         for i in range(count):
-            if max_rows >= 0 and self.rows >= max_rows:
-                return self.rows - before, next_offset, True
             if p >= end:
                 raise CorruptBatch(f"a batch says {count} records and holds {i}")
             got = self._record(p, end, base_offset, base_timestamp, max_timestamp, ts_type,
