@@ -459,3 +459,72 @@ def _answered_with_unknown_tags(broker, api: str, where: str) -> bool:  # type: 
     if api == "api_versions_v3":
         assert struct.unpack_from(">h", resp[1], 0)[0] == 0
     return True
+
+
+# ---- lengths and counts checked before anything is allocated (issue 11) -------------------
+
+#: ListOffsets v7 whose topics compact-array length is the varint ff ff ff ff 2d: before the
+#: bounds pass, kio's native reader tried to allocate ~98 GB and aborted the whole process
+ISSUE_11_FRAME = bytes.fromhex(
+    "0000003b0002000700000004000772646b61666b6100ffffffff01ffffffff2d6d61696e2d63356332"
+    "3237020000000100000000fffffffffffffffe000000"
+)
+
+
+def _flex_request(api_key: int, version: int, body: bytes) -> bytes:
+    """A size-prefixed frame with a v2 (flexible) header: client id, no header tags."""
+    payload = struct.pack(">hhih", api_key, version, 99, 4) + b"test" + b"\x00" + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+_P3_HEAD = (struct.pack(">hhi", -1, 1, 1000) + struct.pack(">i", 1) + struct.pack(">h", 6)
+            + b"fuzzed" + struct.pack(">i", 1) + struct.pack(">i", 0))
+_HB4 = b"\x02g" + struct.pack(">i", 1) + b"\x02m" + b"\x00"
+
+#: one hostile frame per class of bounds check: (what it breaks, frame, the field the
+#: broker's log must name)
+HOSTILE = {
+    "legacy array count": (
+        bb.request(3, 4, 5, struct.pack(">i", 2**31 - 1) + b"\x00" * 16), "topics"),
+    "compact array count": (ISSUE_11_FRAME, "ListOffsetsRequest.topics"),
+    "legacy string length": (
+        bb.request(10, 1, 5, struct.pack(">h", 32767) + b"group\x00"), "key"),
+    "compact string length": (
+        _flex_request(10, 3, b"\xff\xff\xff\x7fgroup\x00\x00"), "key"),
+    "legacy bytes length": (
+        bb.request(0, 3, 5, _P3_HEAD + struct.pack(">i", 2**30) + b"records"), "records"),
+    "negative bytes length": (
+        bb.request(0, 3, 5, _P3_HEAD + struct.pack(">i", -7) + b"records"), "records"),
+    "compact bytes length": (
+        _flex_request(0, 9, b"\x00" + struct.pack(">hi", 1, 1000) + b"\x02\x07fuzzed\x02"
+                      + struct.pack(">i", 0) + b"\x80\x80\x80\x80\x04records"), "records"),
+    "overlong varint": (_flex_request(10, 3, b"\x80" * 9 + b"\x01\x00"), "varint"),
+    "tagged field count": (
+        _flex_request(12, 4, _HB4 + b"\xff\xff\xff\xff\x0f"), "tagged fields"),
+    "tagged field size": (_flex_request(12, 4, _HB4 + b"\x01\x09\xff\xff\x03xyz"), "tag 9"),
+}
+
+
+@pytest.mark.parametrize("what", list(HOSTILE))
+def test_hostile_lengths_close_only_that_connection(broker, what: str) -> None:  # type: ignore[no-untyped-def]
+    frame, field = HOSTILE[what]
+    other = connect(broker.port)  # an established connection that must not notice
+    try:
+        other.sendall(bb.api_versions_request(1))
+        assert read_response(other) is not None
+        assert _closed_without_answer(broker.port, frame), what
+        other.sendall(bb.api_versions_request(2))
+        resp = read_response(other)
+        assert resp is not None and resp[0] == 2, "the other connection was disturbed"
+    finally:
+        other.close()
+    assert broker.alive(), broker.logs()[-3000:]
+    closing = [line for line in broker.logs().splitlines() if "closing connection" in line]
+    assert closing and field in closing[-1], closing[-1:]
+    _quick_check(broker)
+
+
+def test_issue_11_frame_many_times_then_healthy(broker) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(50):
+        assert _closed_without_answer(broker.port, ISSUE_11_FRAME)
+    assert_healthy(broker)

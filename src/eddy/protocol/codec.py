@@ -15,6 +15,7 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 
 from eddy.protocol.apis import SUPPORTED, ApiKey, is_flexible, response_header_version
+from eddy.protocol.bounds import BoundsError, is_panic, walker
 
 _PREFIX = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
@@ -60,6 +61,11 @@ def peek_header(frame: bytes) -> RawHeader:
 @cache
 def _request_reader(api_key: ApiKey, version: int) -> Any:
     return entity_reader(load_request_schema(api_key, version))
+
+
+@cache
+def _request_walker(api_key: ApiKey, version: int) -> Any:
+    return walker(load_request_schema(api_key, version))
 
 
 @cache
@@ -114,12 +120,19 @@ def decode_request(
     """Decode a request of a supported API and version (checked by the caller)."""
     raw = peek_header(frame)
     client_id, used = _read_header(frame, is_flexible(api_key, version))
+    # every length and count is checked against the bytes present before kio allocates
+    try:
+        _request_walker(api_key, version)(frame, used, len(frame))
+    except BoundsError as exc:
+        raise MalformedRequest(f"{api_key.name} v{version}: {exc}") from None
     try:
         body, _ = _request_reader(api_key, version)(frame, used)
-    except Exception as exc:  # kio raises a variety of errors on truncated/garbage input
+    except BaseException as exc:  # kio raises a variety of errors on garbage input
+        if not isinstance(exc, Exception) and not is_panic(exc):
+            raise
         raise MalformedRequest(
             f"cannot decode {api_key.name} v{version}: {type(exc).__name__}: {exc}"
-        ) from exc
+        ) from None
     # Bytes after the body are ignored, as Kafka does: librdkafka 2.x sends a 4-byte
     # null where Metadata v12 has a 1-byte one (its issue #5049).
     return Request(api_key, version, raw.correlation_id, client_id, body, client_host)
