@@ -22,8 +22,8 @@ format): the caller then reads the rest of the range through librdkafka.
 from __future__ import annotations
 
 import datetime
-import struct
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -35,9 +35,10 @@ from eddy.protocol.record_batch import (
     HEADER_SIZE,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
+    decompressed_limit,
     parse_header,
 )
-from eddy.protocol.records import decompress
+from eddy.protocol.records import CorruptRecordError, control_type, decompress
 
 FETCH_VERSION = 11
 METADATA_VERSION = 8
@@ -58,7 +59,6 @@ RETRIABLE = {
 }
 OFFSET_OUT_OF_RANGE = 1
 EARLIEST_TIMESTAMP = -2
-_CONTROL_KEY = struct.Struct(">hh")
 ABORT_MARKER = 0
 #: bytes per record assumed for the first fetch of a range (then measured)
 GUESS_RECORD_BYTES = 256.0
@@ -101,6 +101,11 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
     if not out:
         raise OptionError("option kafka.bootstrap.servers is empty")
     return out
+
+
+#: the largest Fetch this reader asks for is 1 GiB (fetch sizes double up to it when a
+#: batch is larger than asked for); a response beyond that plus headroom is refused
+MAX_RESPONSE_BYTES = (1 << 30) + (16 << 20)
 
 
 @dataclass
@@ -162,7 +167,8 @@ class PartitionFetcher:
 
     def _connect(self, host: str, port: int) -> RawClient:
         try:
-            return RawClient(host, port, self.config.timeout_s, self.config.client_id)
+            return RawClient(host, port, self.config.timeout_s, self.config.client_id,
+                             max_response_bytes=MAX_RESPONSE_BYTES)
         except OSError as exc:
             raise ConnectionError(f"{host}:{port}: {exc}") from exc
 
@@ -300,14 +306,14 @@ class PartitionFetcher:
 class _Aborted:
     """Kafka's read_committed filter for one fetch response (Java consumer's logic)."""
 
-    pending: list[tuple[int, int]]  # (first offset, producer id), by first offset
+    pending: deque[tuple[int, int]]  # (first offset, producer id), by first offset
     producers: set[int]
 
     @classmethod
     def of(cls, aborted_transactions: Any) -> _Aborted:
         """From a fetch response's aborted transactions (producer_id, first_offset)."""
         txns = sorted((int(a.first_offset), int(a.producer_id)) for a in aborted_transactions)
-        return cls(txns, set())
+        return cls(deque(txns), set())
 
     @property
     def idle(self) -> bool:
@@ -319,23 +325,13 @@ class _Aborted:
         control = bool(h.attributes & CONTROL_BIT)
         if h.producer_id >= 0:
             while self.pending and self.pending[0][0] <= h.last_offset:
-                self.producers.add(self.pending.pop(0)[1])
+                self.producers.add(self.pending.popleft()[1])
             if control:
-                if _control_type(batch, pos, h) == ABORT_MARKER:
+                if control_type(memoryview(batch)[pos:pos + h.size]) == ABORT_MARKER:
                     self.producers.discard(h.producer_id)
             elif h.attributes & TRANSACTIONAL_BIT and h.producer_id in self.producers:
                 return True
         return control
-
-
-def _control_type(batch: bytes | bytearray | memoryview, pos: int, h: Any) -> int:
-    """The marker type (0 ABORT, 1 COMMIT) of a control batch's first record."""
-    from eddy.protocol.records import decode_batch_records
-
-    for record in decode_batch_records(bytes(batch[pos:pos + h.size])):
-        if record.key is not None and len(record.key) >= 4:
-            return int(_CONTROL_KEY.unpack_from(record.key)[1])
-    return -1
 
 
 def fetch_size(remaining: int, record_bytes: float, cap: int) -> int:
@@ -385,8 +381,12 @@ class RangeDecoder:
             if status == rc.REACHED_STOP:
                 self.next_offset = self.end
                 break
-            pos, self.next_offset = _caller_batch(cols, records, pos, self.next_offset,
-                                                  self.end, aborted)
+            try:
+                pos, self.next_offset = _caller_batch(cols, records, pos, self.next_offset,
+                                                      self.end, aborted)
+            except CorruptRecordError as exc:
+                base = parse_header(records, pos).base_offset
+                raise rc.CorruptBatch(f"the batch at offset {base}: {exc}") from None
         self.used = pos
 
     def flush(self) -> dict[str, Any] | None:
@@ -431,10 +431,14 @@ def read_partition(config: FetchConfig, topic: str, partition: int, start: int, 
                 raise FetchFailed(f"reading {topic}/{partition}: {_name(data.error_code)}")
             records = data.records or b""
             before = decoder.next_offset
-            for cols in decoder.feed(records, data.aborted_transactions or ()):
-                if progress is not None:
-                    progress(decoder.next_offset)
-                yield emit(cols)
+            try:
+                for cols in decoder.feed(records, data.aborted_transactions or ()):
+                    if progress is not None:
+                        progress(decoder.next_offset)
+                    yield emit(cols)
+            except decoder.rc.CorruptBatch as exc:
+                raise FetchFailed(f"reading {topic}/{partition}: the broker sent a corrupt "
+                                  f"record batch: {exc}") from None
             if decoder.next_offset > before:
                 last_progress = clock()
                 if decoder.used:
@@ -464,7 +468,8 @@ def _caller_batch(cols: Any, records: bytes, pos: int, next_offset: int, end: in
         raise Unsupported(f"message format v{records[pos + 16]} at offset {next_offset}")
     h = parse_header(records, pos)
     if not aborted.skip(records, pos):
-        payload = decompress(h.compression, bytes(records[pos + HEADER_SIZE:pos + h.size]))
+        payload = decompress(h.compression, memoryview(records)[pos + HEADER_SIZE:pos + h.size],
+                             decompressed_limit(h.size))
         _, reached, _ = cols.append_records(
             payload, h.record_count, h.base_offset, h.base_timestamp, h.max_timestamp,
             bool(h.attributes & TIMESTAMP_TYPE_BIT), next_offset, end)

@@ -16,6 +16,11 @@ Layout of a v2 batch (big endian): 0 baseOffset i64 | 8 batchLength i32 |
 43 producerId i64 | 51 producerEpoch i16 | 53 baseSequence i32 | 57 recordCount i32 |
 61 records: length, attributes, timestampDelta, offsetDelta, key, value, headers
 (varints zigzag-encoded).
+
+The batches come from a broker, which may be hostile or broken: every length and count is
+checked against the end of its batch (and of the data) before it is used to move, copy or
+allocate, so a corrupt batch raises CorruptBatch saying what is wrong, and the columns grow
+with the bytes fed, never with what a length claims.
 """
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize
@@ -25,6 +30,13 @@ from libc.string cimport memcpy, memset
 cdef enum:
     HEADER_SIZE = 61
     LOG_OVERHEAD = 12
+    # the smallest message of any format (v0: crc, magic, attributes, key and value lengths)
+    MIN_MESSAGE = 14
+    # a record's fields after its length: attributes, 3 varints and the header count
+    MIN_RECORD_BODY = 6
+
+# base offsets past this are corrupt (Kafka's are far below): offset arithmetic never overflows
+cdef int64_t MAX_BASE_OFFSET = (<int64_t>1) << 62
 
 #: append_batches stopped because the data ended (or ends in a partial batch)
 END_OF_DATA = 0
@@ -181,7 +193,9 @@ cdef inline uint64_t _uvarint(const uint8_t* p, const uint8_t* end, Py_ssize_t* 
     cdef int i = 0
     cdef uint8_t b
     while True:
-        if p + i >= end or i >= max_bytes:
+        if i >= max_bytes:
+            raise CorruptBatch(f"a varint longer than {max_bytes} bytes")
+        if p + i >= end:
             raise CorruptBatch("a varint runs past its record")
         b = p[i]
         v |= (<uint64_t>(b & 0x7F)) << shift
@@ -205,11 +219,28 @@ cdef inline int _field(const uint8_t** p, const uint8_t* end, _BinaryColumn colu
     """Append the length-prefixed bytes at p[0] (length -1: null) to `column`; p[0] moves
     past them."""
     cdef int64_t n = _zigzag(p, end, 5)
-    if n > end - p[0] or (n < 0 and (n != -1 or not nullable)):
-        raise CorruptBatch(f"a {what} runs past its record")
+    if n < 0 and (n != -1 or not nullable):
+        raise CorruptBatch(f"a {what} length of {n}")
+    if n > end - p[0]:
+        raise CorruptBatch(f"a {what} of {n} bytes runs past its record "
+                           f"({end - p[0]} bytes left)")
     column.append(p[0], n)
     if n > 0:
         p[0] += n
+    return 0
+
+
+cdef int _check_counts(int64_t base_offset, int64_t last_offset_delta, int64_t count
+                       ) except -1:
+    if base_offset < 0 or base_offset > MAX_BASE_OFFSET:
+        raise CorruptBatch(f"the batch at offset {base_offset}: the base offset is out of "
+                           "range")
+    if last_offset_delta < 0:
+        raise CorruptBatch(f"the batch at offset {base_offset}: last offset delta "
+                           f"{last_offset_delta} is negative")
+    if count < 0:
+        raise CorruptBatch(f"the batch at offset {base_offset}: record count {count} is "
+                           "negative")
     return 0
 
 
@@ -252,11 +283,12 @@ cdef class RecordColumns:
         cdef int64_t length = _zigzag(&p, end, 5)
         cdef const uint8_t* rec_end
         cdef int64_t ts_delta, off_delta, offset, hcount, i
-        if length < 0 or p + length > end:
-            raise CorruptBatch("a record length runs past its batch")
+        if length > end - p:
+            raise CorruptBatch(f"a record length of {length} runs past its batch "
+                               f"({end - p} bytes left)")
+        if length < MIN_RECORD_BODY:
+            raise CorruptBatch(f"a record length of {length} is too short for its fields")
         rec_end = p + length
-        if length < 1:
-            raise CorruptBatch("an empty record")
         p += 1  # attributes (unused)
         ts_delta = _zigzag(&p, rec_end, 10)
         off_delta = _zigzag(&p, rec_end, 5)
@@ -270,15 +302,21 @@ cdef class RecordColumns:
         _field(&p, rec_end, self.keys, True, "record key")
         _field(&p, rec_end, self.values, True, "record value")
         self.offsets.append_i64(offset)
-        self.timestamps.append_i64((fixed_ts if ts_type else base_ts + ts_delta) * 1000)
+        # in unsigned arithmetic: a broker's nonsense timestamp wraps instead of overflowing
+        self.timestamps.append_i64(<int64_t>(
+            (<uint64_t>fixed_ts if ts_type else <uint64_t>base_ts + <uint64_t>ts_delta)
+            * <uint64_t>1000))
         self.timestamp_types.append_i32(ts_type)
         if self.with_headers:
             hcount = _zigzag(&p, rec_end, 5)
-            if hcount < 0 or hcount > rec_end - p:
-                raise CorruptBatch("a record header count runs past its record")
+            if hcount < 0 or hcount > (rec_end - p) // 2:  # a header takes 2 bytes or more
+                raise CorruptBatch(f"a record header count of {hcount} does not fit its "
+                                   f"record ({rec_end - p} bytes left)")
             for i in range(hcount):
                 _field(&p, rec_end, self.header_keys, False, "header key")
                 _field(&p, rec_end, self.header_values, True, "header value")
+            if p != rec_end:
+                raise CorruptBatch("a record length does not match its fields")
             self.header_count += hcount
             if self.header_count > 0x7FFFFFFF:
                 raise OverflowError("too many headers in one column batch")
@@ -299,6 +337,7 @@ cdef class RecordColumns:
         cdef Py_ssize_t before = self.rows
         cdef int i, got
         cdef int ts_type = 1 if log_append_time else 0
+        _check_counts(base_offset, 0, count)
         for i in range(count):
             if p >= end:
                 raise CorruptBatch(f"a batch says {count} records and holds {i}")
@@ -308,6 +347,8 @@ cdef class RecordColumns:
                 return self.rows - before, next_offset, True
             if offset + 1 > next_offset:
                 next_offset = offset + 1
+        if p != end:
+            raise CorruptBatch(f"{end - p} bytes after the batch's {count} records")
         return self.rows - before, next_offset, False
 
     def append_batches(self, const uint8_t[::1] data, Py_ssize_t pos, int64_t start,
@@ -330,18 +371,25 @@ cdef class RecordColumns:
         cdef int64_t next_offset = start
         cdef int attributes, count, i, got, ts_type
         cdef int64_t base_ts, max_ts
+        if pos < 0 or pos > total:
+            raise ValueError(f"position {pos} is outside the {total} bytes of data")
         while total - pos >= LOG_OVERHEAD:
             b = base + pos
+            base_offset = be64(b)
             size = <int64_t>be32(b + 8) + LOG_OVERHEAD
-            if size < HEADER_SIZE or pos + size > total:
-                # a partial batch at the end of a fetch (or one too short to be v2)
-                if size >= LOG_OVERHEAD and pos + size <= total and b[16] != 2:
-                    return NEEDS_CALLER, pos, next_offset
-                return END_OF_DATA, pos, next_offset
+            if size < LOG_OVERHEAD + MIN_MESSAGE:
+                raise CorruptBatch(f"the batch at offset {base_offset}: a batch length of "
+                                   f"{size - LOG_OVERHEAD} is too short for any message format")
+            if size > total - pos:
+                return END_OF_DATA, pos, next_offset  # a partial batch at the end of a fetch
             if b[16] != 2:
                 return NEEDS_CALLER, pos, next_offset
-            base_offset = be64(b)
+            if size < HEADER_SIZE:
+                raise CorruptBatch(f"the batch at offset {base_offset}: a batch length of "
+                                   f"{size - LOG_OVERHEAD} is shorter than the v2 batch header")
             attributes = be16(b + 21)
+            count = be32(b + 57)
+            _check_counts(base_offset, be32(b + 23), count)
             last_offset = base_offset + be32(b + 23)
             producer_id = be64(b + 43)
             if last_offset < start:
@@ -359,20 +407,24 @@ cdef class RecordColumns:
             base_ts = be64(b + 27)
             max_ts = be64(b + 35)
             ts_type = 1 if attributes & 0x08 else 0
-            count = be32(b + 57)
             p = b + HEADER_SIZE
             end = b + size
-            for i in range(count):
-                if max_rows >= 0 and self.rows >= max_rows:
-                    return FULL, pos, next_offset
-                if p >= end:
-                    raise CorruptBatch(f"a batch says {count} records and holds {i}")
-                got = self._record(p, end, base_offset, base_ts, max_ts, ts_type, start,
-                                   stop, &offset, &p)
-                if got == 2:
-                    return REACHED_STOP, pos, next_offset
-                if offset + 1 > next_offset:
-                    next_offset = offset + 1
+            try:
+                for i in range(count):
+                    if max_rows >= 0 and self.rows >= max_rows:
+                        return FULL, pos, next_offset
+                    if p >= end:
+                        raise CorruptBatch(f"a batch says {count} records and holds {i}")
+                    got = self._record(p, end, base_offset, base_ts, max_ts, ts_type, start,
+                                       stop, &offset, &p)
+                    if got == 2:
+                        return REACHED_STOP, pos, next_offset
+                    if offset + 1 > next_offset:
+                        next_offset = offset + 1
+                if p != end:
+                    raise CorruptBatch(f"{end - p} bytes after the batch's {count} records")
+            except CorruptBatch as exc:
+                raise CorruptBatch(f"the batch at offset {base_offset}: {exc}") from None
             # offsets past the last record (compaction) still belong to this batch
             if last_offset + 1 > next_offset:
                 next_offset = last_offset + 1

@@ -37,6 +37,11 @@
 3. :func:`partition_for`: Kafka's choice of ``__consumer_offsets`` partition for a group.
 
 Unknown key versions decode to :class:`UnknownKey` (newer Kafka record types): replay skips them.
+
+Every decoder here reads bytes a peer may have written (a client's subscription, a log
+replicated from elsewhere), so each length and count is checked against the bytes left
+before it is used: bad input raises :class:`RecordFormatError`, and a count can never make
+the decoder allocate more than a few objects per byte of input.
 """
 
 from __future__ import annotations
@@ -189,6 +194,17 @@ class _Reader:
         self._buf = memoryview(buf)
         self._pos = 0
 
+    @property
+    def remaining(self) -> int:
+        return len(self._buf) - self._pos
+
+    def count(self, n: int, min_size: int, what: str) -> int:
+        """`n` elements of at least `min_size` bytes each, checked against the bytes left."""
+        if n > self.remaining // min_size:
+            raise RecordFormatError(f"{what} count {n} does not fit the {self.remaining} "
+                                    "bytes left")
+        return n
+
     def _take(self, n: int) -> memoryview:
         if n < 0 or self._pos + n > len(self._buf):
             raise RecordFormatError("record is truncated")
@@ -248,10 +264,10 @@ class _Reader:
         n = self.uvarint() - 1 if flexible else self.i32()
         if n < 0:
             raise RecordFormatError("null where an array is required")
-        return n
+        return self.count(n, 1, "array")
 
     def skip_tagged_fields(self) -> None:
-        for _ in range(self.uvarint()):
+        for _ in range(self.count(self.uvarint(), 2, "tagged field")):  # tag, size
             self.uvarint()
             self._take(self.uvarint())
 
@@ -412,7 +428,7 @@ def parse_subscription_topics(metadata: bytes) -> frozenset[str] | None:
         n = r.i32()
         if n < 0:
             return None
-        return frozenset(r.string(False) for _ in range(n))
+        return frozenset(r.string(False) for _ in range(r.count(n, 2, "topic")))
     except RecordFormatError:
         return None
 

@@ -111,7 +111,14 @@ from eddy.protocol.record_batch import (
     batch_crc,
     parse_header,
 )
-from eddy.protocol.records import compress, decompress, read_varint, write_varint
+from eddy.protocol.records import (
+    CorruptRecordError,
+    batch_payload,
+    compress,
+    control_type,
+    iter_records,
+    write_varint,
+)
 
 if TYPE_CHECKING:
     from eddy.log.partition import PartitionLog
@@ -331,42 +338,17 @@ class _Rec:
     tail: bytes  # key, value and headers exactly as stored
 
 
-def _records(payload: bytes, count: int) -> list[_Rec]:
-    out: list[_Rec] = []
-    pos = 0
-    n = len(payload)
+def _records(h: BatchHeader, data: bytes) -> list[_Rec]:
+    """The records of the batch `data`, checked (eddy.protocol.records)."""
     try:
-        for _ in range(count):
-            length, pos = read_varint(payload, pos)
-            end = pos + length
-            if length < 1 or end > n:
-                raise CompactionError("record length runs past the record set")
-            attrs = payload[pos]
-            ts_delta, p = read_varint(payload, pos + 1)
-            off_delta, p = read_varint(payload, p)
-            tail_start = p
-            klen, p = read_varint(payload, p)
-            key = None
-            if klen >= 0:
-                key = payload[p : p + klen]
-                p += klen
-            vlen, p = read_varint(payload, p)
-            if max(vlen, 0) + p > end:
-                raise CompactionError("record fields run past the record")
-            out.append(_Rec(attrs, ts_delta, off_delta, key, vlen < 0, payload[tail_start:end]))
-            pos = end
-    except ValueError as exc:
-        raise CompactionError(f"undecodable record: {exc}") from None
-    return out
-
-
-def _payload(h: BatchHeader, data: bytes) -> bytes:
-    try:
-        return decompress(h.compression, data[HEADER_SIZE:])
-    except Exception as exc:  # cramjam raises its own error types
-        raise CompactionError(
-            f"batch at offset {h.base_offset}: cannot decompress: {exc}"
-        ) from None
+        _, payload = batch_payload(data)
+        return [
+            _Rec(r.attributes, r.timestamp_delta, r.offset_delta, r.key, r.value_size < 0,
+                 payload[r.key_pos : r.end])
+            for r in iter_records(payload, h.record_count)
+        ]
+    except CorruptRecordError as exc:
+        raise CompactionError(f"batch at offset {h.base_offset}: {exc}") from None
 
 
 def _map_key(key: bytes) -> bytes:
@@ -376,11 +358,10 @@ def _map_key(key: bytes) -> bytes:
 
 
 def _control_type(h: BatchHeader, data: bytes) -> int:
-    recs = _records(_payload(h, data), h.record_count)
-    if not recs or recs[0].key is None or len(recs[0].key) < 4:
-        return -1
-    _version, kind = struct.unpack_from(">hh", recs[0].key)
-    return int(kind)
+    try:
+        return control_type(data)
+    except CorruptRecordError as exc:
+        raise CompactionError(f"control batch at offset {h.base_offset}: {exc}") from None
 
 
 def _batches(seg: Segment, size: int, pos: int = 0) -> Iterator[tuple[BatchHeader, bytes]]:
@@ -474,7 +455,7 @@ def _scan_dirty(plan: CleanPlan, start: int, upper: int) -> tuple[OffsetMap, int
                                 if off > entries.get(k, -1):
                                     entries[k] = off
             else:
-                recs = _records(_payload(h, data), h.record_count)
+                recs = _records(h, data)
                 if h.is_transactional:
                     txn = pending.get(h.producer_id)
                     if txn is None:
@@ -603,7 +584,7 @@ def _filter_batch(
     if h.is_transactional and h.base_offset in omap.aborted:
         stats.aborted_dropped += h.record_count
         return None
-    recs = _records(_payload(h, data), h.record_count)
+    recs = _records(h, data)
     stats.records_read += len(recs)
     horizon = h.base_timestamp if h.attributes & DELETE_HORIZON_BIT else None
     now = plan.now_ms

@@ -35,6 +35,32 @@ CONTROL_BIT = 0x20
 
 COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
+#: the fewest bytes one record can take: length, attributes, timestamp delta, offset delta,
+#: key length, value length and header count, one varint byte each
+MIN_RECORD_SIZE = 7
+#: a compressed batch may decompress to at most the larger of this and MAX_COMPRESSION_RATIO
+#: times its own size: room for any real producer's batch (librdkafka caps a batch at 1 MB
+#: before compression, Java's batch.size counts compressed bytes), far below what a
+#: decompression bomb of max.message.bytes would expand to (zstd: thousands of times)
+MIN_DECOMPRESSED_LIMIT = 64 << 20
+MAX_COMPRESSION_RATIO = 64
+
+
+def decompressed_limit(batch_size: int) -> int:
+    """The most bytes the records of a batch of `batch_size` bytes may decompress to."""
+    return max(MIN_DECOMPRESSED_LIMIT, MAX_COMPRESSION_RATIO * batch_size)
+
+
+#: the most records any compressed batch may claim without a look at its size
+_FLOOR_RECORDS = MIN_DECOMPRESSED_LIMIT // MIN_RECORD_SIZE
+
+
+def max_record_count(size: int, compression: int) -> int:
+    """The most records a batch of `size` bytes can hold (uncompressed: what its bytes
+    can hold; compressed: what its decompression limit can)."""
+    room = size - HEADER_SIZE if compression == 0 else decompressed_limit(size)
+    return room // MIN_RECORD_SIZE
+
 
 @dataclass(frozen=True, slots=True)
 class BatchHeader:
@@ -129,7 +155,7 @@ def validate_batches(
         if total - pos < HEADER_SIZE:
             raise KafkaError(ErrorCode.corrupt_message, "truncated batch header")
         h = parse_header(view, pos)
-        size = h.size
+        size = h.batch_length + LOG_OVERHEAD
         if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + size > total:
             raise KafkaError(
                 ErrorCode.corrupt_message, f"batch length {h.batch_length} does not fit the data"
@@ -141,19 +167,26 @@ def validate_batches(
             )
         if batch_crc(view, pos, size) != h.crc:
             raise KafkaError(ErrorCode.corrupt_message, "record batch CRC32C mismatch")
-        if h.record_count <= 0:
+        records = h.record_count
+        if records <= 0:
             raise KafkaError(ErrorCode.invalid_record, "record batch holds no records")
-        if h.last_offset_delta != h.record_count - 1:
+        if h.last_offset_delta != records - 1:
             raise KafkaError(
                 ErrorCode.invalid_record,
-                f"lastOffsetDelta {h.last_offset_delta} does not match "
-                f"record count {h.record_count}",
+                f"lastOffsetDelta {h.last_offset_delta} does not match record count {records}",
             )
-        if h.compression not in COMPRESSION_NAMES:
+        codec = h.attributes & COMPRESSION_MASK
+        if codec not in COMPRESSION_NAMES:
+            raise KafkaError(ErrorCode.invalid_record, f"unknown compression codec {codec}")
+        if records * MIN_RECORD_SIZE > size - HEADER_SIZE and (
+            codec == 0 or (records > _FLOOR_RECORDS and records > max_record_count(size, codec))
+        ):
+            # checked without decoding: a batch may not claim offsets its bytes cannot hold
             raise KafkaError(
-                ErrorCode.invalid_record, f"unknown compression codec {h.compression}"
+                ErrorCode.corrupt_message,
+                f"record count {records} does not fit a batch of {size} bytes",
             )
-        if h.is_control:
+        if h.attributes & CONTROL_BIT:
             raise KafkaError(
                 ErrorCode.invalid_record, "clients may not produce control batches"
             )
@@ -162,8 +195,8 @@ def validate_batches(
             max_ts_rel = next_rel + h.last_offset_delta
         headers.append(h)
         positions.append(pos)
-        count += h.record_count
-        next_rel += h.record_count
+        count += records
+        next_rel += records
         pos += size
     return ValidatedBatches(headers, positions, count, max_ts, max_ts_rel)
 
