@@ -8,8 +8,8 @@ import os
 
 from eddy.log.partition import PartitionLog
 from eddy.log.state_files import atomic_write
+from eddy.protocol import records
 from eddy.protocol.record_batch import HEADER_SIZE, BatchHeader, ValidatedBatches, parse_header
-from eddy.protocol.records import decode_batch_records
 from eddy.txn.producer_state import BatchMeta, ProducerStateManager
 
 log = logging.getLogger(__name__)
@@ -19,11 +19,13 @@ COMMIT, ABORT = 1, 0
 
 
 def control_type(batch: bytes) -> int:
-    """COMMIT or ABORT from a control batch's single record key (version i16, type i16)."""
-    for rec in decode_batch_records(batch):
-        if rec.key is not None and len(rec.key) >= 4:
-            return int.from_bytes(rec.key[2:4], "big", signed=True)
-    return ABORT
+    """COMMIT or ABORT from a control batch the broker wrote; an unreadable marker counts
+    as ABORT (its records are then hidden from read_committed consumers, never shown)."""
+    try:
+        return records.control_type(batch)
+    except records.CorruptRecordError as exc:
+        log.warning("unreadable transaction marker, taken as ABORT: %s", exc)
+        return ABORT
 
 
 class ProducerStates:

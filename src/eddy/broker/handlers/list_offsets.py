@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import logging
 from typing import Any
 
 from eddy.broker.broker import Broker
@@ -10,7 +11,9 @@ from eddy.log.partition import PartitionLog
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode, KafkaError
-from eddy.protocol.records import decode_batch_records
+from eddy.protocol.records import CorruptRecordError, decode_batch_records
+
+log = logging.getLogger(__name__)
 
 LATEST = -1
 EARLIEST = -2
@@ -79,6 +82,12 @@ async def handle(broker: Broker, req: Request) -> Any:
                     ts, off = _lookup(plog, p.timestamp, latest)
                 except KafkaError as exc:
                     code = exc.code
+                except CorruptRecordError as exc:  # a stored batch's records do not decode
+                    log.warning("ListOffsets on %s-%d: %s", t.name, p.partition_index, exc)
+                    code = ErrorCode.corrupt_message
+                except OSError as exc:
+                    log.warning("ListOffsets on %s-%d: %s", t.name, p.partition_index, exc)
+                    code = ErrorCode.kafka_storage_error
             parts.append(
                 build(
                     mod.ListOffsetsPartitionResponse,
