@@ -37,9 +37,11 @@ def python_keyless(payload: bytes, count: int) -> list[int] | str:
 
 def compiled_keyless(payload: bytes, count: int) -> list[int] | str:
     try:
-        return keyless_records(payload, count)
+        total, listed = keyless_records(payload, count)
     except CorruptRecordError:
         return "corrupt"
+    assert total == len(listed)
+    return listed
 
 
 RECORDS = st.lists(
@@ -58,7 +60,8 @@ RECORDS = st.lists(
 def test_good_sections_give_the_same_keyless_records(recs: list) -> None:  # type: ignore[type-arg]
     payload = b"".join(record(k, v, h) for k, v, h in recs)
     expected = [i for i, (k, _v, _h) in enumerate(recs) if k is None]
-    assert keyless_records(payload, len(recs)) == expected
+    assert keyless_records(payload, len(recs)) == (len(expected), expected)
+    assert keyless_records(payload, len(recs), 2) == (len(expected), expected[:2])
     assert python_keyless(payload, len(recs)) == expected
 
 
@@ -98,5 +101,5 @@ def test_millions_of_empty_records() -> None:
     """What a 1.4 KB zstd batch can expand to: 2M empty records (the Python decoder needs
     ~9 s for them, on the event loop; bench/keyless.py times both)."""
     payload = record(None, None) * 1_000_000 + record(b"k", None) * 1_000_000
-    keyless = keyless_records(payload, 2_000_000)
-    assert keyless == list(range(1_000_000))
+    assert keyless_records(payload, 2_000_000) == (1_000_000, list(range(1_000_000)))
+    assert keyless_records(payload, 2_000_000, 5) == (1_000_000, list(range(5)))

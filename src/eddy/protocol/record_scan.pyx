@@ -42,9 +42,10 @@ cdef class _Cursor:
                 return <int64_t>(raw >> 1) ^ -(<int64_t>(raw & 1))
         raise CorruptRecordError(f"{what}: varint longer than {width} bytes")
 
-    cdef int64_t length(self, Py_ssize_t end, bint nullable, str what) except -2:
+    cdef int64_t length(self, Py_ssize_t end, bint nullable, str what, str what_length
+                        ) except -2:
         """A field's length, checked against the bytes left before `end` (-1: null)."""
-        cdef int64_t n = self.varint(end, 5, f"{what} length")
+        cdef int64_t n = self.varint(end, 5, what_length)
         if n < 0:
             if n == -1 and nullable:
                 return -1
@@ -55,19 +56,21 @@ cdef class _Cursor:
         return n
 
 
-def keyless_records(const uint8_t[::1] payload, Py_ssize_t count):
-    """Indexes of the records without a key in a records section that holds `count`
-    records; raises CorruptRecordError if the section does not hold exactly that many
-    well-formed records."""
+def keyless_records(const uint8_t[::1] payload, Py_ssize_t count,
+                    Py_ssize_t max_listed=0x7FFFFFFF):
+    """(how many records have no key, the indexes of the first `max_listed` of them) in a
+    records section that holds `count` records; raises CorruptRecordError if the section
+    does not hold exactly that many well-formed records."""
     cdef Py_ssize_t total = payload.shape[0]
     cdef Py_ssize_t i, end
+    cdef Py_ssize_t keyless = 0
     cdef int64_t n, key, value, headers, h
     cdef _Cursor c = _Cursor()
     out = []
     if count < 0 or count > total // MIN_RECORD_SIZE:
         raise CorruptRecordError(f"record count {count} does not fit {total} bytes of records")
     if total == 0:
-        return out
+        return 0, out
     c.base = &payload[0]
     c.pos = 0
     for i in range(count):
@@ -81,12 +84,14 @@ def keyless_records(const uint8_t[::1] payload, Py_ssize_t count):
             c.pos += 1  # attributes
             c.varint(end, 10, "timestamp delta")
             c.varint(end, 5, "offset delta")
-            key = c.length(end, True, "key")
+            key = c.length(end, True, "key", "key length")
             if key < 0:
-                out.append(i)
+                if keyless < max_listed:
+                    out.append(i)
+                keyless += 1
             else:
                 c.pos += key
-            value = c.length(end, True, "value")
+            value = c.length(end, True, "value", "value length")
             if value > 0:
                 c.pos += value
             headers = c.varint(end, 5, "header count")
@@ -95,8 +100,8 @@ def keyless_records(const uint8_t[::1] payload, Py_ssize_t count):
                     f"header count {headers} does not fit its record ({end - c.pos} bytes "
                     "left)")
             for h in range(headers):
-                c.pos += c.length(end, False, "header key")
-                value = c.length(end, True, "header value")
+                c.pos += c.length(end, False, "header key", "header key length")
+                value = c.length(end, True, "header value", "header value length")
                 if value > 0:
                     c.pos += value
             if c.pos != end:
@@ -106,4 +111,4 @@ def keyless_records(const uint8_t[::1] payload, Py_ssize_t count):
             raise CorruptRecordError(f"record {i} {exc}") from None
     if c.pos != total:
         raise CorruptRecordError(f"{total - c.pos} bytes after the batch's {count} records")
-    return out
+    return keyless, out
