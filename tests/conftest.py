@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,9 +19,11 @@ READY = "EDDY_READY kafka="
 class EddyProcess:
     """One broker process with its own data dir; restartable on the same port."""
 
-    def __init__(self, data_dir: Path, extra_args: list[str] | None = None) -> None:
+    def __init__(self, data_dir: Path, extra_args: list[str] | None = None,
+                 preexec_fn: Callable[[], None] | None = None) -> None:
         self.data_dir = data_dir
         self.extra_args = list(extra_args or [])
+        self.preexec_fn = preexec_fn  # run in the child before exec (e.g. to set rlimits)
         self.port = 0
         self.proc: subprocess.Popen[str] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
@@ -40,7 +42,8 @@ class EddyProcess:
         ]
         log = open(self.log_path, "a")  # noqa: SIM115 - kept open for the process' life
         self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ}
+            cmd, stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ},
+            preexec_fn=self.preexec_fn,
         )
         assert self.proc.stdout is not None
         sel = selectors.DefaultSelector()

@@ -33,6 +33,21 @@ def parse_host_port(value: str, field: str) -> tuple[str, int]:
     return (host.strip("[]") or "127.0.0.1"), int(port)
 
 
+def parse_connection_overrides(value: str) -> dict[str, int]:
+    """Kafka's max.connections.per.ip.overrides: 'host:count,host:count' (IPv6 hosts
+    in brackets or bare; the count is after the last colon)."""
+    out: dict[str, int] = {}
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        if not sep or not host or not count.strip().isdigit():
+            raise ValueError(f"expected HOST:COUNT items separated by commas, got {item!r}")
+        out[host.strip().strip("[]")] = int(count)
+    return out
+
+
 class BrokerConfig(BaseModel):
     """Every setting a user can set. Kafka's dotted names are accepted as aliases."""
 
@@ -54,6 +69,35 @@ class BrokerConfig(BaseModel):
     socket_request_max_bytes: int = Field(
         104857600, ge=1024, alias="socket.request.max.bytes",
         description="largest request frame accepted",
+    )
+    queued_max_request_bytes: int = Field(
+        268435456, ge=-1, alias="queued.max.request.bytes",
+        description="request bytes all connections together may hold in memory before "
+        "reading pauses (-1: no bound, Kafka's default). Eddy bounds it by default so no "
+        "client can make it allocate without limit: 256 MiB, room for two requests of "
+        "socket.request.max.bytes besides many small ones; must be at least that size",
+    )
+    max_connections: int = Field(
+        2147483647, ge=0, alias="max.connections",
+        description="connections the listener accepts; more are closed at once",
+    )
+    max_connections_per_ip: int = Field(
+        2147483647, ge=0, alias="max.connections.per.ip",
+        description="connections accepted from one client address; more are closed at once",
+    )
+    max_connections_per_ip_overrides: str = Field(
+        "", alias="max.connections.per.ip.overrides",
+        description="per-address limits, e.g. 'hostA:100,127.0.0.1:200'",
+    )
+    connections_max_idle_ms: int = Field(
+        600000, ge=1, alias="connections.max.idle.ms",
+        description="close connections with no traffic for this long",
+    )
+    socket_request_read_timeout_ms: int = Field(
+        30000, ge=1, alias="socket.request.read.timeout.ms",
+        description="close a connection whose request is still incomplete this long after "
+        "its first bytes came (Eddy's; 30 s, as a Java client's request.timeout.ms, after "
+        "which the client has given up on the request anyway)",
     )
     log_flush_interval_messages: int = Field(
         LONG_MAX, ge=1, alias="log.flush.interval.messages",
@@ -109,6 +153,11 @@ class BrokerConfig(BaseModel):
         description="how often compacted topics are checked for cleaning",
     )
     sendfile: bool = Field(True, description="send fetched log ranges with os.sendfile")
+    storage_max_open_files: int = Field(
+        0, ge=0, alias="storage.max.open.files",
+        description="Eddy's own: segment and index files kept open at once, the least "
+        "recently used closed beyond it (0: half the open-files limit, RLIMIT_NOFILE)",
+    )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
 
     @field_validator("listen", "advertised")
@@ -125,10 +174,31 @@ class BrokerConfig(BaseModel):
             raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
         return v.upper()
 
+    @field_validator("max_connections_per_ip_overrides")
+    @classmethod
+    def _overrides(cls, v: str) -> str:
+        parse_connection_overrides(v)
+        return v
+
+    @model_validator(mode="after")
+    def _request_pool_holds_a_request(self) -> BrokerConfig:
+        queued, largest = self.queued_max_request_bytes, self.socket_request_max_bytes
+        if queued != -1 and queued < largest:
+            raise ValueError(
+                f"queued.max.request.bytes={queued} must be -1 or at least "
+                f"socket.request.max.bytes={largest}, or a request of that size never fits"
+            )
+        return self
+
     @model_validator(mode="after")
     def _topic_defaults_valid(self) -> BrokerConfig:
         self.topic_defaults()  # raises InvalidConfig (a ValueError) naming the setting
         return self
+
+    @property
+    def connection_overrides(self) -> dict[str, int]:
+        """max.connections.per.ip.overrides as host -> limit."""
+        return parse_connection_overrides(self.max_connections_per_ip_overrides)
 
     @property
     def listen_address(self) -> tuple[str, int]:

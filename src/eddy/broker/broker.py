@@ -19,7 +19,9 @@ from eddy.clock import Clock
 from eddy.config import BrokerConfig
 from eddy.log import compaction
 from eddy.log.manager import LogManager, Topic
+from eddy.log.partition import PartitionLog
 from eddy.log.state_files import atomic_write
+from eddy.protocol.errors import KafkaError
 from eddy.txn.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,7 @@ class Broker:
         self._maintenance: asyncio.Task[None] | None = None
         self._cleaner: asyncio.Task[None] | None = None
         self._last_clean_ms = 0
+        self._failing: set[tuple[str, int]] = set()  # partitions whose maintenance fails
 
     def load(self) -> None:
         os.makedirs(self.config.data_dir, exist_ok=True)
@@ -143,15 +146,31 @@ class Broker:
             if self._cleaner is None or self._cleaner.done():
                 self._cleaner = asyncio.get_running_loop().create_task(self._clean_logs(now))
         for plog in self.logs.all_partitions():
-            plog.roll_if_due(now)
-            rolled = plog.rolled_segments_to_flush()
-            if rolled or plog.flush_due(now):
-                upto = plog.log_end_offset if plog.flush_due(now) else rolled[-1].next_offset
-                await self.flusher.flush(plog, upto)
-            if retention_due:
-                plog.apply_retention(now)
-                state = self.producers.of(plog)
-                state.expire(now, self.config.producer_id_expiration_ms)
-                state.prune_aborted(plog.log_start_offset)
+            try:
+                await self._maintain_partition(plog, now, retention_due)
+            except (KafkaError, OSError) as exc:
+                # a full disk or no fd left: this partition waits, the others carry on
+                key = (plog.topic, plog.partition)
+                if key not in self._failing:
+                    log.error("%s-%d: maintenance failed, retrying: %s", plog.topic,
+                              plog.partition, exc)
+                self._failing.add(key)
+                continue
+            if self._failing and (plog.topic, plog.partition) in self._failing:
+                self._failing.discard((plog.topic, plog.partition))
+                log.info("%s-%d: maintenance works again", plog.topic, plog.partition)
         if retention_due:
             self.producers.snapshot_all(self.logs.all_partitions())
+
+    async def _maintain_partition(self, plog: PartitionLog, now: int, retention_due: bool
+                                  ) -> None:
+        plog.roll_if_due(now)
+        rolled = plog.rolled_segments_to_flush()
+        if rolled or plog.flush_due(now):
+            upto = plog.log_end_offset if plog.flush_due(now) else rolled[-1].next_offset
+            await self.flusher.flush(plog, upto)
+        if retention_due:
+            plog.apply_retention(now)
+            state = self.producers.of(plog)
+            state.expire(now, self.config.producer_id_expiration_ms)
+            state.prune_aborted(plog.log_start_offset)

@@ -6,8 +6,10 @@ import asyncio
 import logging
 
 from eddy.clock import Clock
+from eddy.log.file_cache import FILES
 from eddy.log.partition import PartitionLog
 from eddy.log.segment import Segment
+from eddy.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +26,17 @@ class Flusher:
         self._running: dict[int, asyncio.Future[None]] = {}
 
     async def flush(self, plog: PartitionLog, upto: int | None = None) -> None:
-        """Return once everything below `upto` (default: the log end) is on disk."""
+        """Return once everything below `upto` (default: the log end) is on disk. A failed
+        fsync raises KAFKA_STORAGE_ERROR to every waiter; the next flush tries again."""
+        try:
+            await self._flush(plog, upto)
+        except OSError as exc:
+            raise KafkaError(
+                ErrorCode.kafka_storage_error,
+                f"fsync of {plog.topic}-{plog.partition} failed: {FILES.failure_message(exc)}",
+            ) from exc
+
+    async def _flush(self, plog: PartitionLog, upto: int | None) -> None:
         target = plog.log_end_offset if upto is None else upto
         loop = asyncio.get_running_loop()
         for _ in range(1000):  # bounded: each round either flushes or waits for one
@@ -39,6 +51,9 @@ class Flusher:
             self._running[id(plog)] = fut
             try:
                 await fut
+            except OSError as exc:
+                log.error("%s-%d: fsync failed: %s", plog.topic, plog.partition, exc)
+                raise
             finally:
                 del self._running[id(plog)]
             plog.flush_completed(covered, self._clock.now_ms())

@@ -17,7 +17,7 @@ from eddy.groups.records import (
     partition_for,
 )
 from eddy.log.partition import PartitionLog
-from eddy.protocol.errors import ErrorCode
+from eddy.protocol.errors import ErrorCode, KafkaError
 from eddy.protocol.record_batch import (
     CONTROL_BIT,
     TRANSACTIONAL_BIT,
@@ -56,6 +56,10 @@ class TransactionService:
             broker.config.transaction_max_timeout_ms, broker.producer_ids.allocate)
         # transactional offset commits waiting for their transaction's outcome
         self._pending_offsets: dict[int, list[tuple[bytes, bytes | None]]] = defaultdict(list)
+        # markers already written for (producer id, epoch) of a transaction not yet complete
+        self._marked: dict[tuple[int, int], set[tuple[str, int]]] = {}
+        # a marker or completion could not be written (disk full): retried by maintenance
+        self._unfinished = False
 
     def now(self) -> int:
         return self._broker.clock.now_ms()
@@ -82,8 +86,7 @@ class TransactionService:
         for markers in self.coordinator.recovered():
             log.info("finishing transaction %s after restart (%s)", markers.transactional_id,
                      "commit" if markers.commit else "abort")
-            self._persist(self.coordinator.txns[markers.transactional_id])
-            self.write_markers(markers)
+            self._finish(markers)
 
     # ---- persistence ---------------------------------------------------------------------
 
@@ -105,17 +108,31 @@ class TransactionService:
         value = json.dumps(meta.to_json()).encode()
         self._append(plog, build_batch([(_key(meta.transactional_id), value)], self.now()))
 
+    def _finish(self, markers: Markers) -> None:
+        """Write the markers and complete the transaction; if storage fails (disk full),
+        the transaction stays prepared and maintenance retries (as Kafka's coordinator
+        retries markers until they are written)."""
+        try:
+            self.write_markers(markers)
+        except (KafkaError, OSError) as exc:
+            if not self._unfinished:
+                log.error("transaction %s: cannot write its markers yet, retrying: %s",
+                          markers.transactional_id, exc)
+            self._unfinished = True
+
     def write_markers(self, markers: Markers) -> None:
         """Write the markers to every partition of the transaction, then complete it."""
         now = self.now()
         logs = self._broker.logs
+        done = self._marked.setdefault((markers.producer_id, markers.producer_epoch), set())
         for topic_name, index in sorted(markers.partitions):
             plog = logs.partition(topic_name, index)
-            if plog is None:
-                continue  # the topic was deleted meanwhile
+            if plog is None or (topic_name, index) in done:
+                continue  # the topic was deleted meanwhile, or marked by an earlier try
             offset = self._append(plog, marker_batch(markers.producer_id,
                                                      markers.producer_epoch, markers.commit,
                                                      now))
+            done.add((topic_name, index))
             self._broker.producers.of(plog).end_transaction(
                 markers.producer_id, markers.producer_epoch, now, markers.commit, offset)
         pending = self._pending_offsets.pop(markers.producer_id, [])
@@ -123,6 +140,7 @@ class TransactionService:
             for key, value in pending:
                 self._broker.groups.coordinator.replay(key, value)
         self._persist(self.coordinator.complete(markers.transactional_id, now))
+        del self._marked[(markers.producer_id, markers.producer_epoch)]
 
     # ---- API operations ------------------------------------------------------------------
 
@@ -132,12 +150,21 @@ class TransactionService:
             txn_id, timeout_ms, pid, epoch, self.now())
         if code != ErrorCode.none or meta is None:
             return code, -1, -1
-        if markers is not None:
+        try:
+            if markers is not None:
+                self._persist(meta)
+                self.write_markers(markers)
+                meta.state, meta.partitions = "Empty", set()
             self._persist(meta)
-            self.write_markers(markers)
-            meta.state, meta.partitions = "Empty", set()
-        self._persist(meta)
+        except (KafkaError, OSError) as exc:
+            return self._storage_failed(txn_id, exc), -1, -1
         return ErrorCode.none, meta.producer_id, meta.producer_epoch
+
+    def _storage_failed(self, txn_id: str, exc: Exception) -> ErrorCode:
+        """The transaction log could not be written: a retriable error for the client."""
+        log.warning("transaction %s: %s", txn_id, exc)
+        self._unfinished = True
+        return ErrorCode.coordinator_not_available
 
     def add_partitions(self, txn_id: str, pid: int, epoch: int,
                        partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
@@ -149,7 +176,10 @@ class TransactionService:
         code, meta = self.coordinator.add_partitions(txn_id, pid, epoch, partitions,
                                                      self.now())
         if meta is not None:
-            self._persist(meta)
+            try:
+                self._persist(meta)
+            except (KafkaError, OSError) as exc:
+                code = self._storage_failed(txn_id, exc)
         return dict.fromkeys(partitions, code)
 
     def add_offsets(self, txn_id: str, pid: int, epoch: int, group_id: str) -> ErrorCode:
@@ -177,7 +207,10 @@ class TransactionService:
         batch = build_batch(records, now, producer_id=pid, producer_epoch=epoch,
                             attributes=TRANSACTIONAL_BIT)
         plog = topic.partitions[index]
-        base = self._append(plog, batch)
+        try:
+            base = self._append(plog, batch)
+        except (KafkaError, OSError) as exc:
+            return self._storage_failed(txn_id, exc)
         self._broker.producers.of(plog).record(pid, epoch, -1, len(records) - 1, base, now,
                                                transactional=True)
         self._pending_offsets[pid].extend(records)
@@ -188,12 +221,24 @@ class TransactionService:
         if code != ErrorCode.none:
             return code
         if markers is not None:
-            self._persist(self.coordinator.txns[txn_id])
-            self.write_markers(markers)
+            try:
+                self._persist(self.coordinator.txns[txn_id])
+            except (KafkaError, OSError) as exc:  # prepared in memory: maintenance finishes
+                return self._storage_failed(txn_id, exc)
+            self._finish(markers)  # as in Kafka, markers are written after the answer
         return ErrorCode.none
 
     def abort_expired(self) -> None:
+        if self._unfinished:  # prepared transactions whose markers failed: try again
+            self._unfinished = False
+            for markers in self.coordinator.recovered():
+                self._finish(markers)
+            if not self._unfinished:
+                log.info("unfinished transactions completed")
         for markers in self.coordinator.expired(self.now()):
             log.info("aborting transaction %s: timed out", markers.transactional_id)
-            self._persist(self.coordinator.txns[markers.transactional_id])
-            self.write_markers(markers)
+            try:
+                self._persist(self.coordinator.txns[markers.transactional_id])
+            except (KafkaError, OSError) as exc:
+                self._storage_failed(markers.transactional_id, exc)
+            self._finish(markers)

@@ -12,42 +12,64 @@ import struct
 from array import array
 from bisect import bisect_right
 
+from eddy.log.file_cache import FILES, CachedFile, FileCache
+
 _OFF_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 
 
 class _IndexFile:
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    """An index's append-only file, opened through the file cache only to append, truncate,
+    fsync or load: the entries themselves live in memory."""
+
+    def __init__(self, path: str, files: FileCache) -> None:
+        self._f = files.file(path, appending=True)
+
+    @property
+    def path(self) -> str:
+        return self._f.path
+
+    @path.setter
+    def path(self, value: str) -> None:
+        self._f.path = value
+
+    @property
+    def cached(self) -> CachedFile:
+        return self._f
 
     def append(self, data: bytes) -> None:
-        os.write(self.fd, data)
+        self._f.append(data)
 
     def truncate(self, size: int) -> None:
-        os.ftruncate(self.fd, size)
+        self._f.truncate(size)
 
     def fsync(self) -> None:
-        os.fsync(self.fd)
+        self._f.fsync()
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self._f.release()
 
     def read_all(self) -> bytes:
-        size = os.fstat(self.fd).st_size
-        return os.pread(self.fd, size, 0) if size else b""
+        h = self._f.handle()
+        size = os.fstat(h.fd).st_size
+        return os.pread(h.fd, size, 0) if size else b""
+
+    def replace_if_changed(self, previous: bytes, data: bytes) -> None:
+        """Make the file hold data, writing only when it does not already (previous)."""
+        if data != previous:
+            self._f.truncate(0)
+            if data:
+                self._f.append(data)
 
 
 class OffsetIndex:
     """Maps an offset to the file position of a batch at or before it."""
 
-    def __init__(self, path: str, base_offset: int) -> None:
+    def __init__(self, path: str, base_offset: int, files: FileCache = FILES) -> None:
         self.base_offset = base_offset
         self.rel_offsets = array("q")
         self.positions = array("q")
-        self._file = _IndexFile(path)
+        self._file = _IndexFile(path, files)
 
     def load(self, log_size: int) -> bool:
         """Read entries from disk; False when the file is damaged or stale."""
@@ -63,13 +85,38 @@ class OffsetIndex:
             last_rel, last_pos = rel, pos
         return True
 
-    def append(self, offset: int, position: int) -> None:
+    def append(self, offset: int, position: int, persist: bool = True) -> None:
+        """Add an entry, on disk first (unless not persist: see write_rebuilt): a failed
+        write leaves the index as it was."""
         rel = offset - self.base_offset
         if self.rel_offsets and rel <= self.rel_offsets[-1]:
             return
+        if persist:
+            self._file.append(_OFF_ENTRY.pack(rel, position))
         self.rel_offsets.append(rel)
         self.positions.append(position)
-        self._file.append(_OFF_ENTRY.pack(rel, position))
+
+    def read_file(self) -> bytes:
+        return self._file.read_all()
+
+    def write_rebuilt(self, previous: bytes) -> None:
+        """After entries were rebuilt in memory: the file gets them unless it has them
+        already (previous: its content before), so a recovery that finds the index intact
+        writes nothing."""
+        data = b"".join(map(_OFF_ENTRY.pack, self.rel_offsets, self.positions))
+        self._file.replace_if_changed(previous, data)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def forget_after(self, count: int) -> None:
+        """Drop in-memory entries past the first count (see sync_file for the file)."""
+        del self.rel_offsets[count:]
+        del self.positions[count:]
+
+    def sync_file(self) -> None:
+        """Cut the file to the entries in memory (after a failed append was undone)."""
+        self._file.truncate(len(self.positions) * _OFF_ENTRY.size)
 
     def lookup(self, offset: int) -> int:
         """File position of the last indexed batch starting at or before offset."""
@@ -100,11 +147,11 @@ class OffsetIndex:
 class TimeIndex:
     """Maps a timestamp to an offset whose batch has a max timestamp at least that large."""
 
-    def __init__(self, path: str, base_offset: int) -> None:
+    def __init__(self, path: str, base_offset: int, files: FileCache = FILES) -> None:
         self.base_offset = base_offset
         self.timestamps = array("q")
         self.rel_offsets = array("q")
-        self._file = _IndexFile(path)
+        self._file = _IndexFile(path, files)
 
     def load(self, last_offset: int) -> bool:
         data = self._file.read_all()
@@ -119,13 +166,31 @@ class TimeIndex:
             last_ts, last_rel = ts, rel
         return True
 
-    def maybe_append(self, timestamp: int, offset: int) -> None:
+    def maybe_append(self, timestamp: int, offset: int, persist: bool = True) -> None:
         if self.timestamps and timestamp <= self.timestamps[-1]:
             return
         rel = offset - self.base_offset
+        if persist:
+            self._file.append(_TIME_ENTRY.pack(timestamp, rel))
         self.timestamps.append(timestamp)
         self.rel_offsets.append(rel)
-        self._file.append(_TIME_ENTRY.pack(timestamp, rel))
+
+    def read_file(self) -> bytes:
+        return self._file.read_all()
+
+    def write_rebuilt(self, previous: bytes) -> None:
+        data = b"".join(map(_TIME_ENTRY.pack, self.timestamps, self.rel_offsets))
+        self._file.replace_if_changed(previous, data)
+
+    def __len__(self) -> int:
+        return len(self.timestamps)
+
+    def forget_after(self, count: int) -> None:
+        del self.timestamps[count:]
+        del self.rel_offsets[count:]
+
+    def sync_file(self) -> None:
+        self._file.truncate(len(self.timestamps) * _TIME_ENTRY.size)
 
     def lookup(self, timestamp: int) -> int:
         """An offset from which to scan for the first batch with max timestamp >= timestamp."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eddy.log.config import TopicConfig, validate_overrides
+from eddy.log.file_cache import FILES
 from eddy.log.partition import PartitionLog
 from eddy.log.state_files import atomic_write
 from eddy.protocol.errors import ErrorCode, KafkaError
@@ -74,6 +76,7 @@ class LogManager:
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
         self.clean_shutdown = False
+        self.recovered = False  # loaded after a crash: sync everything before a clean close
 
     # ---- startup / shutdown --------------------------------------------------------------
 
@@ -83,6 +86,7 @@ class LogManager:
         self.clean_shutdown = os.path.exists(marker)
         if not self.clean_shutdown and os.listdir(self.topics_dir):
             log.warning("previous shutdown was not clean: validating active segments")
+            self.recovered = True
         entries = self._read_metadata()
         known = {e["name"] for e in entries}
         # fallback: partition directories without a metadata entry (seed 001's recovery)
@@ -117,17 +121,43 @@ class LogManager:
         if self.clean_shutdown:
             os.unlink(marker)
         if entries:
-            self._write_metadata()
+            # a failure is logged; the file on disk still lists every topic but recovered ones
+            with contextlib.suppress(KafkaError):
+                self._write_metadata()
 
     def close(self, clean: bool = True) -> None:
+        """fsync what was written and close every file. The clean-shutdown marker is written
+        only when every fsync worked and no failed append is left to cut back, so that the
+        next start validates the logs otherwise."""
         for topic in self.topics.values():
             for plog in topic.partitions:
                 if clean:
-                    for seg in plog.segments:
-                        seg.fsync()
+                    clean = self._sync_for_shutdown(plog)
                 plog.close()
+        if clean and self.recovered:
+            # this process started after a crash: what the crashed one wrote (and recovery
+            # validated) may still be only in the page cache, and only written files were
+            # fsynced above. One sync instead of an fsync of every segment.
+            os.sync()
         if clean:
-            atomic_write(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE), b"clean\n")
+            try:
+                atomic_write(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE), b"clean\n")
+            except OSError as exc:
+                log.warning("cannot mark the shutdown clean (%s): the next start validates "
+                            "the active segments", exc)
+
+    @staticmethod
+    def _sync_for_shutdown(plog: PartitionLog) -> bool:
+        try:
+            for seg in plog.segments:
+                if seg.needs_repair:
+                    seg.repair()
+                seg.fsync()
+        except OSError as exc:
+            log.error("%s-%d: cannot sync on shutdown (%s): the next start validates the "
+                      "active segments", plog.topic, plog.partition, exc)
+            return False
+        return True
 
     # ---- metadata file -------------------------------------------------------------------
 
@@ -143,8 +173,16 @@ class LogManager:
         return data
 
     def _write_metadata(self) -> None:
+        """Replace the metadata file; KAFKA_STORAGE_ERROR when it cannot be written (the
+        callers then undo their change, so memory and disk agree)."""
         payload = json.dumps([t.to_json() for t in self.topics.values()], indent=2)
-        atomic_write(os.path.join(self.data_dir, METADATA_FILE), payload.encode())
+        try:
+            atomic_write(os.path.join(self.data_dir, METADATA_FILE), payload.encode())
+        except OSError as exc:
+            log.error("cannot write %s: %s", METADATA_FILE, exc)
+            raise KafkaError(
+                ErrorCode.kafka_storage_error, f"cannot write the topic metadata: {exc}"
+            ) from exc
 
     def _partition_dir(self, topic: str, partition: int) -> str:
         return os.path.join(self.topics_dir, topic, f"partition-{partition}")
@@ -186,15 +224,42 @@ class LogManager:
         if os.path.exists(tdir):
             shutil.rmtree(tdir)  # leftovers of a topic deleted before a crash
         topic = Topic(name, uuid.uuid4(), clean, now_ms, config=TopicConfig(clean, self.defaults))
-        for p in range(num_partitions):
-            topic.partitions.append(
-                PartitionLog.open(self._partition_dir(name, p), name, p, topic.config, True, now_ms)
-            )
-        self.topics[name] = topic
-        self.by_id[topic.topic_id] = topic
-        self._write_metadata()
+        try:
+            self._open_new_partitions(topic, num_partitions, now_ms)
+            self.topics[name] = topic
+            self.by_id[topic.topic_id] = topic
+            self._write_metadata()
+        except KafkaError:
+            self.topics.pop(name, None)
+            self.by_id.pop(topic.topic_id, None)
+            self._discard_partitions(topic.partitions)
+            shutil.rmtree(tdir, ignore_errors=True)
+            raise
         log.info("created topic %s with %d partitions", name, num_partitions)
         return topic
+
+    def _open_new_partitions(self, topic: Topic, total: int, now_ms: int) -> None:
+        """Append new, empty partitions up to total; KAFKA_STORAGE_ERROR (having closed and
+        removed the ones this call made) when the disk or the fds run out."""
+        first = len(topic.partitions)
+        try:
+            for p in range(first, total):
+                topic.partitions.append(PartitionLog.open(
+                    self._partition_dir(topic.name, p), topic.name, p, topic.config, True,
+                    now_ms,
+                ))
+        except OSError as exc:
+            message = f"cannot create partitions of {topic.name}: {FILES.failure_message(exc)}"
+            self._discard_partitions(topic.partitions[first:])
+            del topic.partitions[first:]
+            log.error("%s", message)
+            raise KafkaError(ErrorCode.kafka_storage_error, message) from exc
+
+    @staticmethod
+    def _discard_partitions(partitions: list[PartitionLog]) -> None:
+        for plog in partitions:
+            plog.close()
+            shutil.rmtree(plog.directory, ignore_errors=True)
 
     def delete_topic(self, name: str) -> Topic:
         topic = self.topics.get(name)
@@ -202,7 +267,12 @@ class LogManager:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name}")
         del self.topics[name]
         del self.by_id[topic.topic_id]
-        self._write_metadata()
+        try:
+            self._write_metadata()
+        except KafkaError:
+            self.topics[name] = topic
+            self.by_id[topic.topic_id] = topic
+            raise
         for plog in topic.partitions:
             plog.delete()
         shutil.rmtree(os.path.join(self.topics_dir, name), ignore_errors=True)
@@ -215,11 +285,16 @@ class LogManager:
         if topic is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name}")
         config = TopicConfig(overrides, self.defaults)
+        old = topic.configs
         topic.configs = dict(overrides)
+        try:
+            self._write_metadata()
+        except KafkaError:
+            topic.configs = old
+            raise
         topic.config = config
         for plog in topic.partitions:
             plog.config = config
-        self._write_metadata()
         log.info("topic %s configs now %s", name, overrides)
 
     def add_partitions(self, name: str, total: int, now_ms: int, validate_only: bool) -> None:
@@ -239,11 +314,13 @@ class LogManager:
             )
         if validate_only:
             return
-        for p in range(current, total):
-            topic.partitions.append(
-                PartitionLog.open(self._partition_dir(name, p), name, p, topic.config, True, now_ms)
-            )
-        self._write_metadata()
+        self._open_new_partitions(topic, total, now_ms)
+        try:
+            self._write_metadata()
+        except KafkaError:
+            self._discard_partitions(topic.partitions[current:])
+            del topic.partitions[current:]
+            raise
         log.info("topic %s now has %d partitions", name, total)
 
     def all_partitions(self) -> list[PartitionLog]:

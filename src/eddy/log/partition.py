@@ -8,8 +8,14 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from eddy.log.compaction import recover_interrupted_cleaning
+from eddy.log.compaction import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    SWAP_SUFFIX,
+    recover_interrupted_cleaning,
+)
 from eddy.log.config import TopicConfig
+from eddy.log.file_cache import FILES, Pin
 from eddy.log.segment import BatchPos, Segment
 from eddy.log.state_files import read_int_file, write_int_file
 from eddy.protocol.errors import ErrorCode, KafkaError
@@ -20,25 +26,39 @@ log = logging.getLogger(__name__)
 LOG_START_FILE = "log-start-offset"
 RECOVERY_POINT_FILE = "recovery-point"
 LEADER_EPOCH_FILE = "leader-epoch"
+#: names a log cleaner swap cut short by a crash leaves behind (see compaction)
+_CLEANER_LEFTOVERS = (CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX)
 
 
 @dataclass(frozen=True, slots=True)
 class FetchSlice:
-    """A byte range of one segment file: whole batches, except possibly a cut last one."""
+    """A byte range of one segment file: whole batches, except possibly a cut last one.
+    Holds the file's fd open (a Pin) until the slice is dropped, i.e. until the connection
+    has sent it, even if the segment is deleted or its file evicted from the cache meanwhile."""
 
     segment: Segment
     position: int
     length: int
+    file: Pin
 
     def read(self) -> bytes:
-        return self.segment.read_at(self.position, self.length)
+        return os.pread(self.file.fd, self.length, self.position)
 
     def __len__(self) -> int:
         return self.length
 
     @property
     def fd(self) -> int:
-        return self.segment.fd
+        return self.file.fd
+
+
+def storage_error(plog: PartitionLog, what: str, exc: OSError) -> KafkaError:
+    """An OSError (a full disk, no fd left) as KAFKA_STORAGE_ERROR for this partition: the
+    request fails, the broker and the other partitions carry on."""
+    return KafkaError(
+        ErrorCode.kafka_storage_error,
+        f"{what} {plog.topic}-{plog.partition} failed: {FILES.failure_message(exc)}",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +84,7 @@ class PartitionLog:
         self.unflushed_messages = 0
         self.last_flush_ms = 0
         self.flushed_offset = 0  # everything below is fsynced
+        self.append_failing = False  # the last append failed (logged once until one works)
 
     # ---- opening -------------------------------------------------------------------------
 
@@ -84,15 +105,22 @@ class PartitionLog:
         return plog
 
     def _load(self, clean_shutdown: bool) -> None:
-        # finish or roll back a log cleaner swap a crash interrupted, before listing segments
-        recover_interrupted_cleaning(self.directory)
-        self.log_start_offset = read_int_file(os.path.join(self.directory, LOG_START_FILE), 0)
-        self.recovery_point = read_int_file(os.path.join(self.directory, RECOVERY_POINT_FILE), 0)
-        self.leader_epoch = read_int_file(os.path.join(self.directory, LEADER_EPOCH_FILE), 0)
+        names = os.listdir(self.directory)
+        if any(name.endswith(_CLEANER_LEFTOVERS) for name in names):
+            # finish or roll back a log cleaner swap a crash interrupted, before listing
+            recover_interrupted_cleaning(self.directory)
+            names = os.listdir(self.directory)
+        present = set(names)
+
+        def state(name: str) -> int:
+            path = os.path.join(self.directory, name)
+            return read_int_file(path, 0) if name in present else 0
+
+        self.log_start_offset = state(LOG_START_FILE)
+        self.recovery_point = state(RECOVERY_POINT_FILE)
+        self.leader_epoch = state(LEADER_EPOCH_FILE)
         bases = sorted(
-            int(name[:-4])
-            for name in os.listdir(self.directory)
-            if name.endswith(".log") and name[:-4].isdigit()
+            int(name[:-4]) for name in names if name.endswith(".log") and name[:-4].isdigit()
         )
         expected = 0
         truncated = False
@@ -163,6 +191,22 @@ class PartitionLog:
                         f"timestamp {ts} is outside the allowed range of the broker clock "
                         f"{now_ms} (message.timestamp.before/after.max.ms)",
                     )
+        try:
+            result = self._append(data, batches, now_ms)
+        except OSError as exc:
+            error = storage_error(self, "append to", exc)
+            if not self.append_failing:
+                log.error("%s: answering KAFKA_STORAGE_ERROR until appends work again",
+                          error.message)
+            self.append_failing = True
+            raise error from exc
+        if self.append_failing:
+            self.append_failing = False
+            log.info("%s-%d: appends work again", self.topic, self.partition)
+        return result
+
+    def _append(self, data: bytearray, batches: ValidatedBatches, now_ms: int) -> AppendResult:
+        cfg = self.config
         size = len(data)
         seg = self.active
         if seg.size and (
@@ -189,13 +233,18 @@ class PartitionLog:
 
     def _roll(self, base_offset: int, now_ms: int) -> Segment:
         old = self.segments[-1] if self.segments else None
-        if old is not None and old.is_empty and old.base_offset <= base_offset:
+        replace = old is not None and old.is_empty and old.base_offset <= base_offset
+        if replace and old is not None and old.base_offset == base_offset:
+            old.delete_files()  # its files are about to be created again under the same name
+            self.segments.pop()
+            replace = False
+        # the new segment first: when it cannot be created, the log is left as it was
+        seg = Segment(self.directory, base_offset, self.config.index_interval_bytes)
+        seg.next_offset = base_offset
+        if replace and old is not None:
             # replace an empty segment rather than leave a hole of files behind
             self.segments.pop()
             old.delete_files()
-            old = None
-        seg = Segment(self.directory, base_offset, self.config.index_interval_bytes)
-        seg.next_offset = base_offset
         self.segments.append(seg)
         self._bases = [s.base_offset for s in self.segments]
         log.debug("%s-%d: rolled segment at offset %d", self.topic, self.partition, base_offset)
@@ -231,8 +280,15 @@ class PartitionLog:
             self.flushed_offset = offset
             point = self._segment_for(offset).base_offset
             if point != self.recovery_point:
-                self.recovery_point = point
-                write_int_file(os.path.join(self.directory, RECOVERY_POINT_FILE), point)
+                try:
+                    write_int_file(os.path.join(self.directory, RECOVERY_POINT_FILE), point)
+                except OSError as exc:
+                    # the data is on disk; an old recovery point only means more to validate
+                    # after a crash
+                    log.warning("%s-%d: cannot write the recovery point: %s", self.topic,
+                                self.partition, exc)
+                else:
+                    self.recovery_point = point
 
     def rolled_segments_to_flush(self) -> list[Segment]:
         """Inactive segments not yet fsynced (Kafka flushes a segment when it rolls)."""
@@ -253,12 +309,22 @@ class PartitionLog:
 
     def read(
         self, offset: int, max_bytes: int, max_offset: int, min_one: bool
-    ) -> FetchSlice | None:
+    ) -> FetchSlice | bytes | None:
         """Bytes from the batch holding offset, up to max_bytes (at least one whole batch
-        when min_one), never past max_offset (exclusive: the HWM or LSO)."""
+        when min_one), never past max_offset (exclusive: the HWM or LSO). A file range the
+        connection sends itself, or the bytes read now when too many fds are pinned by
+        responses in flight already."""
         self.check_offset(offset)
         if offset >= max_offset:
             return None
+        try:
+            return self._read(offset, max_bytes, max_offset, min_one)
+        except OSError as exc:
+            raise storage_error(self, "read from", exc) from exc
+
+    def _read(
+        self, offset: int, max_bytes: int, max_offset: int, min_one: bool
+    ) -> FetchSlice | bytes | None:
         i = bisect_right(self._bases, offset) - 1
         i = max(i, 0)
         while i < len(self.segments):
@@ -278,10 +344,19 @@ class PartitionLog:
             length = min(bp.size, available)
         if length <= 0:
             return None
-        return FetchSlice(seg, bp.position, length)
+        pin = seg.pin_log()
+        if pin is None:
+            return seg.read_at(bp.position, length)
+        return FetchSlice(seg, bp.position, length, pin)
 
     def offset_for_timestamp(self, timestamp: int) -> BatchPos | None:
         """The first batch (from the log start) with a max timestamp >= timestamp."""
+        try:
+            return self._offset_for_timestamp(timestamp)
+        except OSError as exc:
+            raise storage_error(self, "timestamp lookup in", exc) from exc
+
+    def _offset_for_timestamp(self, timestamp: int) -> BatchPos | None:
         for seg in self.segments:
             if seg.max_timestamp < timestamp or seg.next_offset <= self.log_start_offset:
                 continue
@@ -302,8 +377,11 @@ class PartitionLog:
 
     def set_log_start_offset(self, offset: int) -> None:
         if offset > self.log_start_offset:
+            try:
+                write_int_file(os.path.join(self.directory, LOG_START_FILE), offset)
+            except OSError as exc:
+                raise storage_error(self, "moving the log start offset of", exc) from exc
             self.log_start_offset = offset
-            write_int_file(os.path.join(self.directory, LOG_START_FILE), offset)
             self._delete_segments_below(offset)
 
     def _delete_segments_below(self, offset: int) -> int:

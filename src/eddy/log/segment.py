@@ -9,6 +9,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from eddy.log.file_cache import FILES, FileCache, FileLimitError, Pin
 from eddy.log.index import OffsetIndex, TimeIndex
 from eddy.protocol.record_batch import (
     HEADER_SIZE,
@@ -37,35 +38,25 @@ class BatchPos:
     max_timestamp: int
 
 
-class _Fd:
-    """An fd that outlives its segment's deletion until the last reader lets go."""
-
-    __slots__ = ("fd",)
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def __del__(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
 class Segment:
+    """The log file and both indexes are opened through a FileCache when used (a cold
+    segment holds no fd); `pin_log()` keeps the log's fd open for a response in flight."""
+
     def __init__(
-        self, directory: str, base_offset: int, index_interval_bytes: int, *, suffix: str = ""
+        self, directory: str, base_offset: int, index_interval_bytes: int, *, suffix: str = "",
+        files: FileCache = FILES,
     ) -> None:
         """`suffix` (e.g. ".cleaned") names files beside the live ones: the log cleaner
-        writes a replacement segment under it, then renames it in (see change_suffix)."""
+        writes a replacement segment under it, then renames it in (see change_suffix).
+        Creates the log file if it does not exist."""
         self.directory = directory
         self.base_offset = base_offset
         self.suffix = suffix
         name = os.path.join(directory, segment_name(base_offset))
-        self.log_path = name + ".log" + suffix
-        self._fd = _Fd(os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644))
-        self.size = os.fstat(self._fd.fd).st_size
-        self.index = OffsetIndex(name + ".idx" + suffix, base_offset)
-        self.time_index = TimeIndex(name + ".timeidx" + suffix, base_offset)
+        self._log = files.file(name + ".log" + suffix)
+        self.size = self._log.size()
+        self.index = OffsetIndex(name + ".idx" + suffix, base_offset, files)
+        self.time_index = TimeIndex(name + ".timeidx" + suffix, base_offset, files)
         self.index_interval_bytes = index_interval_bytes
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -73,14 +64,20 @@ class Segment:
         self.created_ms = -1  # clock time of the first append, for segment.ms
         self._bytes_since_index = 0
         self.deleted = False
+        self.needs_repair = False  # a failed append could not be cut back on disk yet
 
     @property
-    def fd(self) -> int:
-        return self._fd.fd
+    def log_path(self) -> str:
+        return self._log.path
 
-    @property
-    def file(self) -> _Fd:
-        return self._fd
+    @log_path.setter
+    def log_path(self, value: str) -> None:
+        self._log.path = value
+
+    def pin_log(self) -> Pin | None:
+        """The log's fd, kept open (and in the cache) until the pin is dropped; None when
+        too many fds are pinned already."""
+        return self._log.pin()
 
     @property
     def is_empty(self) -> bool:
@@ -95,42 +92,69 @@ class Segment:
         now_ms: int,
     ) -> None:
         """Write whole batches. `batches`: (relative position, size, base offset, last offset,
-        max timestamp) of each batch inside data, in order."""
+        max timestamp) of each batch inside data, in order. All or nothing: when a write
+        fails (a full disk, no fd), the log, both indexes and this object are left as they
+        were before the call, and the OSError is raised."""
+        if self.needs_repair:
+            self.repair()
         start = self.size
-        written = os.pwrite(self.fd, data, start)
-        if written != len(data):
-            # a short write leaves a partial tail: cut it so the segment stays valid
-            os.ftruncate(self.fd, start)
-            raise OSError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
+        n_index, n_time = len(self.index.positions), len(self.time_index.timestamps)
+        saved = (self.max_timestamp, self.offset_of_max_timestamp, self._bytes_since_index)
+        written = False
+        try:
+            self._log.pwrite_all(data, start)
+            written = True
+            interval = self.index_interval_bytes
+            for rel_pos, size, base, last, max_ts in batches:
+                if max_ts > self.max_timestamp:
+                    self.max_timestamp = max_ts
+                    self.offset_of_max_timestamp = last
+                if self._bytes_since_index >= interval or not self.index.positions:
+                    self.index.append(base, start + rel_pos)
+                    self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                    self._bytes_since_index = 0
+                self._bytes_since_index += size
+        except BaseException as exc:
+            self.max_timestamp, self.offset_of_max_timestamp, self._bytes_since_index = saved
+            self.index.forget_after(n_index)
+            self.time_index.forget_after(n_time)
+            if not written and isinstance(exc, FileLimitError):
+                raise  # no fd for the log: nothing was written
+            self.needs_repair = True
+            try:
+                self.repair()
+            except OSError as exc:
+                log.error("%s: cannot cut a failed append back yet (%s): retrying before the "
+                          "next append", self.log_path, exc)
+            raise
         if self.created_ms < 0:
             self.created_ms = now_ms
         self.size = start + len(data)
-        interval = self.index_interval_bytes
-        for rel_pos, size, base, last, max_ts in batches:
-            if max_ts > self.max_timestamp:
-                self.max_timestamp = max_ts
-                self.offset_of_max_timestamp = last
-            if self._bytes_since_index >= interval or not self.index.positions:
-                self.index.append(base, start + rel_pos)
-                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-                self._bytes_since_index = 0
-            self._bytes_since_index += size
         self.next_offset = batches[-1][3] + 1
 
+    def repair(self) -> None:
+        """Cut the files back to what this object holds: the log to `size`, each index to
+        its entries in memory (after a failed append)."""
+        self._log.truncate(self.size)
+        self.index.sync_file()
+        self.time_index.sync_file()
+        self.needs_repair = False
+
     def fsync(self) -> None:
-        os.fsync(self.fd)
+        """fsync the files written since their last fsync."""
+        self._log.fsync()
         self.index.fsync()
         self.time_index.fsync()
 
     def truncate_to_position(self, position: int) -> None:
-        os.ftruncate(self.fd, position)
+        self._log.truncate(position)
         self.size = position
         self.index.truncate_to_position(position)
 
     # ---- reading -------------------------------------------------------------------------
 
     def read_at(self, position: int, length: int) -> bytes:
-        return os.pread(self.fd, length, position)
+        return self._log.pread(length, position)
 
     def scan(self, start_position: int = 0, end_position: int | None = None) -> list[BatchPos]:
         """Batch headers from start_position up to end_position (no CRC checks)."""
@@ -142,7 +166,7 @@ class Segment:
     def _iter(self, pos: int, end: int | None = None) -> Iterator[BatchPos]:
         limit = self.size if end is None else min(end, self.size)
         while limit - pos >= HEADER_SIZE:
-            chunk = os.pread(self.fd, min(_SCAN_CHUNK, limit - pos), pos)
+            chunk = self._log.pread(min(_SCAN_CHUNK, limit - pos), pos)
             off = 0
             n = len(chunk)
             while n - off >= 43:
@@ -236,8 +260,10 @@ class Segment:
         self.max_timestamp, self.offset_of_max_timestamp = running, running_off
 
     def _recover(self, expected_start: int) -> bool:
-        self.index.reset()
-        self.time_index.reset()
+        # indexes are rebuilt in memory and written only where they differ from the files
+        old_index, old_time_index = self.index.read_file(), self.time_index.read_file()
+        self.index.forget_after(0)
+        self.time_index.forget_after(0)
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
         self._bytes_since_index = 0
@@ -251,7 +277,7 @@ class Segment:
             if total - pos < HEADER_SIZE:
                 reason = f"{total - pos} trailing bytes, shorter than a batch header"
             else:
-                head = os.pread(self.fd, HEADER_SIZE, pos)
+                head = self._log.pread(HEADER_SIZE, pos)
                 h = parse_header(head)
                 if h.magic != 2:
                     reason = f"magic {h.magic}"
@@ -260,7 +286,7 @@ class Segment:
                 elif h.base_offset < next_offset:
                     reason = f"offset {h.base_offset} goes backwards (expected {next_offset})"
                 else:
-                    body = os.pread(self.fd, h.size, pos)
+                    body = self._log.pread(h.size, pos)
                     if batch_crc(body, 0, h.size) != h.crc:
                         reason = "CRC32C mismatch"
             if reason is not None:
@@ -275,12 +301,15 @@ class Segment:
                 self.max_timestamp = h.max_timestamp
                 self.offset_of_max_timestamp = h.last_offset
             if since >= self.index_interval_bytes:
-                self.index.append(h.base_offset, pos)
-                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                self.index.append(h.base_offset, pos, persist=False)
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp,
+                                             persist=False)
                 since = 0
             since += h.size
             next_offset = h.last_offset + 1
             pos += h.size
+        self.index.write_rebuilt(old_index)
+        self.time_index.write_rebuilt(old_time_index)
         self.next_offset = next_offset if self.size else max(expected_start, self.base_offset)
         self._bytes_since_index = since
         return healthy
@@ -288,13 +317,23 @@ class Segment:
     # ---- lifecycle -----------------------------------------------------------------------
 
     def close(self) -> None:
+        """Give the files back to the cache for good (their fds close once unused)."""
+        self._log.release()
+        self.index.close()
+        self.time_index.close()
+
+    def _let_go(self) -> None:
+        """Deleted or replaced: close the indexes; the log's fd (if open) stays with this
+        object for readers that still hold it."""
+        self.deleted = True
+        self._log.detach()
         self.index.close()
         self.time_index.close()
 
     def delete_files(self) -> None:
-        """Unlink the files; readers still holding the fd finish their reads."""
-        self.deleted = True
-        self.close()
+        """Unlink the files; readers still holding this segment finish their reads through
+        the log's fd if it was open (it closes when the segment is dropped)."""
+        self._let_go()
         for path in self.paths:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
@@ -307,9 +346,9 @@ class Segment:
     def retire(self) -> None:
         """This segment was replaced by a cleaned one and its files renamed away or unlinked:
         close the indexes and forget the paths (a successor may now own those names), so a
-        stray delete_files() cannot touch them. Readers holding the fd keep reading."""
-        self.deleted = True
-        self.close()
+        stray delete_files() cannot touch them. Readers holding it keep reading the log's fd
+        if it was open."""
+        self._let_go()
         gone = os.path.join(self.directory, segment_name(self.base_offset)) + ".replaced"
         self.log_path = gone
         self.index._file.path = gone
@@ -319,9 +358,7 @@ class Segment:
         """Rename the three files to carry `suffix` instead of the current one (the log last,
         each rename atomic); open fds follow the files. Used by the log cleaner's swap."""
         name = os.path.join(self.directory, segment_name(self.base_offset))
-        for f, ext in ((self.index._file, ".idx"), (self.time_index._file, ".timeidx")):
-            os.rename(f.path, name + ext + suffix)
-            f.path = name + ext + suffix
-        os.rename(self.log_path, name + ".log" + suffix)
-        self.log_path = name + ".log" + suffix
+        self.index._file.cached.rename(name + ".idx" + suffix)
+        self.time_index._file.cached.rename(name + ".timeidx" + suffix)
+        self._log.rename(name + ".log" + suffix)
         self.suffix = suffix

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 
@@ -15,8 +16,12 @@ def atomic_write(path: str, data: bytes) -> None:
             n = os.write(fd, view)
             view = view[n:]
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)  # a full disk must not keep the half-written copy's space
+        raise
+    os.close(fd)
     os.replace(tmp, path)
     dfd = os.open(directory, os.O_RDONLY)
     try:

@@ -25,8 +25,10 @@ class ProducerIdAllocator:
 
     def allocate(self) -> int:
         if self._next >= self._block_end:
-            self._block_end = self._next + BLOCK
-            atomic_write(self._path, json.dumps({"next_block_start": self._block_end}).encode())
+            end = self._next + BLOCK
+            # persisted before use: a failed write (disk full) raises and hands out nothing
+            atomic_write(self._path, json.dumps({"next_block_start": end}).encode())
+            self._block_end = end
         pid = self._next
         self._next += 1
         return pid

@@ -9,7 +9,7 @@ from typing import Any
 from eddy.broker.broker import Broker
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
-from eddy.protocol.errors import ErrorCode
+from eddy.protocol.errors import ErrorCode, KafkaError
 
 _NO_TIME = datetime.timedelta(0)
 HIGH_WATERMARK = -1
@@ -34,8 +34,11 @@ async def delete_records(broker: Broker, req: Request) -> Any:
                 if target < 0 or target > plog.high_watermark:
                     code = ErrorCode.offset_out_of_range
                 else:
-                    plog.set_log_start_offset(target)
-                    low = plog.log_start_offset
+                    try:
+                        plog.set_log_start_offset(target)
+                        low = plog.log_start_offset
+                    except KafkaError as exc:  # the checkpoint could not be written
+                        code = exc.code
             parts.append(build(mod.DeleteRecordsPartitionResult,
                                partition_index=p.partition_index, low_watermark=low,
                                error_code=code))

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import datetime
+import logging
 from typing import Any
 
 from eddy.broker.broker import Broker
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
 
 
 async def init_producer_id(broker: Broker, req: Request) -> Any:
@@ -23,6 +26,10 @@ async def init_producer_id(broker: Broker, req: Request) -> Any:
         )
     else:
         # an idempotent producer (re)initialising always gets a fresh id, as in Kafka
-        code, pid, epoch = ErrorCode.none, broker.producer_ids.allocate(), 0
+        try:
+            code, pid, epoch = ErrorCode.none, broker.producer_ids.allocate(), 0
+        except OSError as exc:  # the next id block could not be saved (disk full)
+            log.warning("InitProducerId: %s", exc)
+            code, pid, epoch = ErrorCode.coordinator_not_available, -1, -1
     return build(mod.InitProducerIdResponse, throttle_time=datetime.timedelta(0),
                  error_code=code, producer_id=pid, producer_epoch=epoch)
