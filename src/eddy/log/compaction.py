@@ -87,7 +87,6 @@ them, so an interrupted round is simply redone.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
@@ -100,6 +99,15 @@ from typing import TYPE_CHECKING
 import cramjam
 from crc32c import crc32c
 
+from eddy.log.cleaner_files import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    SEGMENT_EXTS,
+    SWAP_SUFFIX,
+    fsync_dir,
+    recover_interrupted_cleaning,
+    unlink_quietly,
+)
 from eddy.log.segment import Segment, segment_name
 from eddy.log.state_files import atomic_write
 from eddy.protocol.record_batch import (
@@ -126,9 +134,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
-DELETED_SUFFIX = ".deleted"
 DEFAULT_MAX_MAP_ENTRIES = 1 << 20
 
 DELETE_HORIZON_BIT = 0x40  # KIP-534: the batch's base timestamp is its delete horizon
@@ -146,7 +151,6 @@ _XERIAL_BLOCK = 32 * 1024
 _BATCH_HEAD = struct.Struct(">qiibI")  # baseOffset .. crc
 _BATCH_TAIL = struct.Struct(">hiqqqhii")  # attributes .. recordCount
 _MAX_TS = struct.Struct(">q")
-_SEGMENT_EXTS = (".log", ".idx", ".timeidx")
 
 #: Test hook: called with a step name at each point where a crash is interesting.
 _FAULT_HOOK: Callable[[str], None] | None = None
@@ -636,11 +640,6 @@ def _group_segments(plan: CleanPlan, count: int) -> list[list[int]]:
     return groups
 
 
-def _unlink_quietly(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-
-
 def _clean_group(
     plan: CleanPlan, idxs: list[int], omap: OffsetMap, stats: CleanerStats
 ) -> CleanedGroup:
@@ -648,8 +647,8 @@ def _clean_group(
     sizes = tuple(plan.sizes[i] for i in idxs)
     base = old[0].base_offset
     name = os.path.join(plan.directory, segment_name(base))
-    for ext in _SEGMENT_EXTS:  # a leftover of an abandoned round must not be appended to
-        _unlink_quietly(name + ext + CLEANED_SUFFIX)
+    for ext in SEGMENT_EXTS:  # a leftover of an abandoned round must not be appended to
+        unlink_quietly(name + ext + CLEANED_SUFFIX)
     out = Segment(plan.directory, base, plan.index_interval_bytes, suffix=CLEANED_SUFFIX)
     try:
         changed = len(old) > 1
@@ -741,14 +740,6 @@ def clean(plan: CleanPlan) -> CleanResult:
 # ---- swapping in -----------------------------------------------------------------------------
 
 
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _still_installed(plog: PartitionLog, group: CleanedGroup) -> bool:
     segs = plog.segments
     first = group.old[0]
@@ -795,7 +786,7 @@ def commit_swap(plog: PartitionLog, result: CleanResult) -> bool:
         g.segment.change_suffix(SWAP_SUFFIX)
         _fault("swap-renamed")
     if live:
-        _fsync_dir(directory)
+        fsync_dir(directory)
         _fault("swap-synced")
     # 2. retire the old segments: logs to .deleted (B's is replaced by the rename in 3)
     for g in live:
@@ -803,10 +794,10 @@ def commit_swap(plog: PartitionLog, result: CleanResult) -> bool:
             if s.base_offset != g.base_offset:
                 os.rename(s.log_path, s.log_path + DELETED_SUFFIX)
             for path in s.paths[1:]:
-                _unlink_quietly(path)
+                unlink_quietly(path)
             _fault("old-retired")
     if live:
-        _fsync_dir(directory)
+        fsync_dir(directory)
         _fault("old-retired-synced")
     # 3. final names and the in-memory swap
     deleted: list[str] = []
@@ -820,9 +811,9 @@ def commit_swap(plog: PartitionLog, result: CleanResult) -> bool:
             s.retire()
         _fault("installed")
     if live:
-        _fsync_dir(directory)
+        fsync_dir(directory)
     for path in deleted:
-        _unlink_quietly(path)
+        unlink_quietly(path)
     if advance and result.end_offset != read_checkpoint(directory):
         _fault("before-checkpoint")
         write_checkpoint(directory, result.end_offset)
@@ -852,80 +843,6 @@ def clean_log(
 
 
 # ---- recovery at open ------------------------------------------------------------------------
-
-
-def _last_offset_of(path: str) -> int:
-    """Last offset of the whole batches at the start of a log file, -1 if none."""
-    last = -1
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        pos = 0
-        while size - pos >= HEADER_SIZE:
-            h = parse_header(os.pread(fd, HEADER_SIZE, pos))
-            if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + h.size > size:
-                break
-            last = h.last_offset
-            pos += h.size
-    finally:
-        os.close(fd)
-    return last
-
-
-def _base_of(name: str, ext: str) -> int | None:
-    stem = name[: -len(ext)] if name.endswith(ext) else ""
-    return int(stem) if stem.isdigit() else None
-
-
-def recover_interrupted_cleaning(directory: str) -> None:
-    """Resolve what a crash during a cleaner swap left behind (see the module docstring)."""
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return
-    changed = False
-    for name in names:
-        if name.endswith(CLEANED_SUFFIX):
-            log.info("%s: deleting %s of an interrupted cleaning", directory, name)
-            _unlink_quietly(os.path.join(directory, name))
-            changed = True
-    logs = {b for n in names if (b := _base_of(n, ".log")) is not None}
-    swaps = sorted(b for n in names if (b := _base_of(n, ".log" + SWAP_SUFFIX)) is not None)
-    for base in swaps:
-        stem = os.path.join(directory, segment_name(base))
-        last = _last_offset_of(stem + ".log" + SWAP_SUFFIX)
-        replaced = [b for b in logs if base < b <= last]
-        log.warning(
-            "%s: completing an interrupted cleaner swap of segment %d (replacing %s)",
-            directory, base, [base, *sorted(replaced)],
-        )
-        for b in replaced:
-            for ext in _SEGMENT_EXTS:
-                _unlink_quietly(os.path.join(directory, segment_name(b)) + ext)
-            logs.discard(b)
-        for ext in (".idx", ".timeidx"):  # rebuilt from the log, with CRC checks, on load
-            _unlink_quietly(stem + ext)
-            _unlink_quietly(stem + ext + SWAP_SUFFIX)
-        _fsync_dir(directory)
-        os.rename(stem + ".log" + SWAP_SUFFIX, stem + ".log")
-        logs.add(base)
-        changed = True
-    swapped = set(swaps)
-    for name in names:
-        for ext in (".idx", ".timeidx"):
-            orphan = _base_of(name, ext + SWAP_SUFFIX)
-            if orphan is not None and orphan not in swapped:
-                # step 1 or 3 was cut between an index rename and the log rename: rebuild
-                stem = os.path.join(directory, segment_name(orphan))
-                _unlink_quietly(stem + ext + SWAP_SUFFIX)
-                _unlink_quietly(stem + ext)
-                changed = True
-    for name in names:
-        if name.endswith(DELETED_SUFFIX):
-            _unlink_quietly(os.path.join(directory, name))
-            changed = True
-    if changed:
-        _fsync_dir(directory)
 
 
 __all__ = [

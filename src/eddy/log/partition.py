@@ -8,7 +8,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from eddy.log.compaction import (
+from eddy.log.cleaner_files import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     SWAP_SUFFIX,
