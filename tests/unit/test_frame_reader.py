@@ -1,4 +1,4 @@
-"""The listener's frame reader (eddy.broker.server._Connection): size-prefixed frames come
+"""The listener's frame reader (eddy.broker.connection.Connection): size-prefixed frames come
 out whole and in order however the bytes are split across reads, small ones through the
 scratch buffer and large ones straight into their own; a bad size ends the stream after the
 frames before it; reading pauses while too much is queued; EOF and a lost connection end
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eddy.broker import server
+from eddy.broker import connection
 from eddy.protocol.errors import CloseConnection
 
 
@@ -37,7 +37,7 @@ class _Server:
 
 
 def _conn(max_bytes: int = 100 << 20) -> tuple[Any, _Transport]:
-    conn = server._Connection(_Server(), max_bytes)  # type: ignore[arg-type]
+    conn = connection.Connection(_Server(), max_bytes)  # type: ignore[arg-type]
     transport = _Transport()
     conn.connection_made(transport)
     return conn, transport
@@ -101,7 +101,7 @@ def test_frames_come_out_whole_and_in_order(sizes: list[int], chunks: list[int])
 
 
 def test_frame_filling_the_scratch_buffer_exactly() -> None:
-    scratch = server._SCRATCH_BYTES
+    scratch = connection.SCRATCH_BYTES
     bodies = _bodies([scratch - 4, scratch - 3, 10, scratch - 4])
     conn, _ = _conn()
     data = b"".join(_frame(b) for b in bodies)
@@ -170,7 +170,7 @@ def test_reader_waiting_is_woken_by_a_frame_and_by_a_lost_connection() -> None:
 
 def test_reading_pauses_while_too_much_is_queued_and_resumes_once_served() -> None:
     conn, transport = _conn()
-    big = b"z" * (server._QUEUED_BYTES // 2 + 1)
+    big = b"z" * (connection.QUEUED_BYTES // 2 + 1)
 
     async def run() -> None:
         _feed(conn, _frame(big) + _frame(big) + _frame(b"small"), [1 << 20])

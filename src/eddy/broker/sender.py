@@ -44,7 +44,11 @@ class ResponseWriter:
         self.sendfile_bytes = 0
 
     async def send(self, chunks: list[Sized]) -> None:
+        """Write one response. Raises ConnectionResetError if the client has gone (it may
+        close while the request is handled): an ordinary disconnect, not an error."""
         transport = self._transport
+        if transport.is_closing():
+            raise ConnectionResetError("the client closed the connection before the response")
         pending: list[bytes | bytearray | memoryview] = [
             _SIZE.pack(sum(len(c) for c in chunks))
         ]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
-from collections import deque
 from collections.abc import Awaitable, Callable, Sized
-from typing import Any, cast
+from typing import Any
 
+from eddy.broker.allocator import tune_malloc
 from eddy.broker.broker import Broker
+from eddy.broker.connection import Connection
+from eddy.broker.connection_limits import ConnectionLimits, LogThrottle, resolve_overrides
 from eddy.broker.handlers import (
     admin,
     api_versions,
@@ -24,6 +25,7 @@ from eddy.broker.handlers import (
     producer_id,
     transactions,
 )
+from eddy.broker.memory_pool import MemoryPool
 from eddy.broker.sender import ResponseWriter
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import (
@@ -77,206 +79,49 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.OFFSET_DELETE: groups.offset_delete,
 }
 
-_SIZE = struct.Struct(">i")
-_SCRATCH_BYTES = 64 * 1024  # frames up to this size are cut out of one reused buffer
-_QUEUED_BYTES = 2 * 1024 * 1024  # stop reading while this much is received and unserved
-
-
-class _Connection(asyncio.BufferedProtocol):
-    """The transport side of one connection: size-prefixed request frames received
-    straight into buffers (a frame larger than the scratch buffer into a buffer of its
-    own, so a 1 MB produce request is not copied chunk by chunk on its way in), queued
-    for the request loop in arrival order, and write flow control for the responses.
-
-    Reading goes on while the loop handles earlier requests (up to _QUEUED_BYTES), so a
-    client's next request is already in memory when the previous response is written.
-    """
-
-    def __init__(self, server: KafkaServer, max_bytes: int) -> None:
-        self._server = server
-        self._max_bytes = max_bytes
-        self.transport: asyncio.Transport | None = None
-        self._buf = bytearray(_SCRATCH_BYTES)
-        self._start = 0  # unparsed bytes are _buf[_start:_end]
-        self._end = 0
-        self._big: bytearray | None = None  # a large frame being received, and how much
-        self._big_pos = 0
-        self._frames: deque[bytes] = deque()
-        self._queued = 0
-        self._ended = False  # no frames after the queued ones (EOF, lost, or bad input)
-        self._error: Exception | None = None  # raised once the queued frames are served
-        self._reading_paused = False
-        self._frame_waiter: asyncio.Future[None] | None = None
-        self._writing_paused = False
-        self._drain_waiter: asyncio.Future[None] | None = None
-        self._lost = False
-
-    # ---- asyncio callbacks ---------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self._server.connection_made(self)
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        if self._big is not None:
-            return memoryview(self._big)[self._big_pos :]
-        return memoryview(self._buf)[self._end :]
-
-    def buffer_updated(self, nbytes: int) -> None:
-        if self._ended:  # after bad input: reading is paused, anything in flight is dropped
-            self._start = self._end = 0
-            return
-        if self._big is not None:
-            self._big_pos += nbytes
-            if self._big_pos == len(self._big):
-                frame = bytes(self._big)
-                self._big = None
-                self._push(frame)
-            return
-        self._end += nbytes
-        self._parse()
-
-    def eof_received(self) -> bool:
-        self._end_stream(None)
-        return True  # keep the transport open: queued requests still get their responses
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True
-        self._end_stream(None)
-        waiter = self._drain_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(ConnectionResetError("connection lost"))
-
-    def pause_writing(self) -> None:
-        self._writing_paused = True
-
-    def resume_writing(self) -> None:
-        self._writing_paused = False
-        waiter = self._drain_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    # ---- receiving -----------------------------------------------------------------------
-
-    def _parse(self) -> None:
-        """Queue every complete frame in the scratch buffer; a large one's head moves to
-        a buffer of its own, which then receives the rest directly."""
-        buf = self._buf
-        start, end = self._start, self._end
-        need = _SIZE.size
-        while end - start >= _SIZE.size:
-            (size,) = _SIZE.unpack_from(buf, start)
-            if size < 0 or size > self._max_bytes:
-                self._start = self._end = 0
-                self._end_stream(CloseConnection(
-                    f"request of {size} bytes is outside 0..socket.request.max.bytes="
-                    f"{self._max_bytes}"
-                ))
-                return
-            body = start + _SIZE.size
-            if end - body >= size:
-                self._push(bytes(memoryview(buf)[body : body + size]))
-                start = body + size
-                continue
-            if _SIZE.size + size > len(buf):
-                big = bytearray(size)
-                big[: end - body] = memoryview(buf)[body:end]
-                self._big, self._big_pos = big, end - body
-                self._start = self._end = 0
-                return
-            need = _SIZE.size + size
-            break
-        if start == end:
-            start = end = 0
-        elif start + need > len(buf):  # the partial frame needs the room at the front
-            buf[: end - start] = memoryview(buf)[start:end]
-            start, end = 0, end - start
-        self._start, self._end = start, end
-
-    def _push(self, frame: bytes) -> None:
-        if self._ended:
-            return
-        self._frames.append(frame)
-        self._queued += len(frame)
-        if self._queued >= _QUEUED_BYTES and not self._reading_paused:
-            self._pause_reading()
-        self._wake_reader()
-
-    def _end_stream(self, error: Exception | None) -> None:
-        if self._ended:
-            return
-        self._ended = True
-        self._error = error
-        if error is not None:
-            self._pause_reading()
-        self._wake_reader()
-
-    def _pause_reading(self) -> None:
-        if self.transport is not None and not self._lost and not self._reading_paused:
-            self._reading_paused = True
-            self.transport.pause_reading()
-
-    def _wake_reader(self) -> None:
-        waiter = self._frame_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def read_frame(self) -> bytes | None:
-        """The next request frame, in arrival order; None at the end of the stream (after
-        the queued frames). Raises CloseConnection after them if the input was bad."""
-        if not self._frames and not self._ended:
-            # resolved by the next frame or the end of the stream, whichever comes first
-            self._frame_waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._frame_waiter
-            finally:
-                self._frame_waiter = None
-        if self._frames:
-            frame = self._frames.popleft()
-            self._queued -= len(frame)
-            if (self._reading_paused and self._queued < _QUEUED_BYTES // 2
-                    and not self._ended and self.transport is not None):
-                self._reading_paused = False
-                self.transport.resume_reading()
-            return frame
-        if self._error is not None:
-            raise self._error
-        return None
-
-    # ---- sending -------------------------------------------------------------------------
-
-    async def drain(self) -> None:
-        """Wait while the transport's write buffer is above its high-water mark."""
-        if self._lost:
-            raise ConnectionResetError("connection lost")
-        if not self._writing_paused:
-            return
-        self._drain_waiter = asyncio.get_running_loop().create_future()
-        try:
-            await self._drain_waiter
-        finally:
-            self._drain_waiter = None
-
-
 class KafkaServer:
+    """The Kafka listener: admits connections within max.connections and
+    max.connections.per.ip, serves each in its own task, and sweeps them periodically
+    for connections.max.idle.ms and socket.request.read.timeout.ms. Request bytes held in
+    memory by all connections together come from one pool (queued.max.request.bytes)."""
+
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        config = broker.config
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._open: set[Connection] = set()  # admitted and not yet closed, for the sweep
+        queued = config.queued_max_request_bytes
+        self.pool = (MemoryPool.unbounded() if queued < 0
+                     else MemoryPool(queued, config.socket_request_max_bytes))
+        self.limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip)
+        self._refused_log = LogThrottle(log, logging.WARNING)
+        self._dropped_log = LogThrottle(log, logging.INFO)
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> int:
-        host, port = self.broker.config.listen_address
-        max_bytes = self.broker.config.socket_request_max_bytes
+        tune_malloc()  # requests of ~1 MB come and go: keep their pages (see allocator.py)
+        config = self.broker.config
+        host, port = config.listen_address
+        max_bytes = config.socket_request_max_bytes
+        self.limits = ConnectionLimits(
+            config.max_connections, config.max_connections_per_ip,
+            resolve_overrides(config.connection_overrides),
+        )
         loop = asyncio.get_running_loop()
+        pool = self.pool
         self._server = await loop.create_server(
-            lambda: _Connection(self, max_bytes), host, port, reuse_address=True,
+            lambda: Connection(self, max_bytes, pool), host, port, reuse_address=True,
             backlog=1024,
         )
         bound_port: int = self._server.sockets[0].getsockname()[1]
         self.broker.set_advertised_port(bound_port)
+        self._sweeper = loop.create_task(self._sweep_forever())
         return bound_port
 
     async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):
@@ -286,19 +131,31 @@ class KafkaServer:
         if self._server is not None:
             await self._server.wait_closed()
 
-    def connection_made(self, conn: _Connection) -> None:
-        task = asyncio.get_running_loop().create_task(self._on_connection(conn))
-        self._connections.add(task)
-        task.add_done_callback(self._connections.discard)
-
-    async def _on_connection(self, conn: _Connection) -> None:
+    def connection_made(self, conn: Connection) -> None:
         transport = conn.transport
         assert transport is not None
         peer = transport.get_extra_info("peername")
+        ip = str(peer[0]) if peer else ""
+        loop = asyncio.get_running_loop()
+        refused = self.limits.admit(ip)
+        if refused is not None:
+            self._refused_log.log(loop.time(), "refusing a connection from %s: %s", ip, refused)
+            transport.abort()
+            return
+        conn.peer_ip = ip
+        self._open.add(conn)
+        task = loop.create_task(self._on_connection(conn))
+        self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
+
+    async def _on_connection(self, conn: Connection) -> None:
+        transport = conn.transport
+        assert transport is not None
+        peer = conn.peer_ip  # (peername is gone once the transport has closed)
         try:
-            await self._serve(conn, transport, peer)
-        except ConnectionError:
-            pass
+            await self._serve(conn, transport)
+        except ConnectionError as exc:
+            log.debug("connection from %s closed by the client: %s", peer, exc)
         except CloseConnection as exc:
             log.warning("closing connection from %s: %s", peer, exc)
         except asyncio.CancelledError:
@@ -307,20 +164,57 @@ class KafkaServer:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
             transport.close()
+            conn.close_out()
+            self._open.discard(conn)
+            self.limits.release(conn.peer_ip)
 
-    async def _serve(self, conn: _Connection, transport: asyncio.Transport, peer: Any
-                     ) -> None:
+    async def _serve(self, conn: Connection, transport: asyncio.Transport) -> None:
         """One request at a time, answered in order (as Kafka does per connection)."""
         broker = self.broker
         out = ResponseWriter(transport, conn.drain, broker.config.sendfile)
-        host = f"/{peer[0]}" if peer else ""
+        host = f"/{conn.peer_ip}" if conn.peer_ip else ""
         while True:
             frame = await conn.read_frame()
             if frame is None:
                 return
-            chunks = await self.dispatch(broker, frame, host)
+            conn.busy = True
+            try:
+                chunks = await self.dispatch(broker, frame, host)
+            finally:
+                conn.busy = False
+                conn.release(len(frame))
+                del frame  # handled: its memory is back in the pool, so let it go
             if chunks is not None:
                 await out.send(chunks)
+
+    async def _sweep_forever(self) -> None:
+        config = self.broker.config
+        shortest = min(config.connections_max_idle_ms, config.socket_request_read_timeout_ms)
+        period = max(0.01, min(1.0, shortest / 4000))
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(period)
+            self.sweep(loop.time())
+
+    def sweep(self, now: float) -> None:
+        """Close the connections that are idle too long or too slow sending a request."""
+        config = self.broker.config
+        idle_ms = config.connections_max_idle_ms
+        read_ms = config.socket_request_read_timeout_ms
+        for conn in list(self._open):
+            conn.trim()
+            overdue = conn.overdue(now, idle_ms, read_ms)
+            if overdue is None:
+                continue
+            idle, reason = overdue
+            if idle:
+                log.debug("closing connection from %s: %s", conn.peer_ip, reason)
+            else:
+                self._dropped_log.log(now, "closing connection from %s: %s", conn.peer_ip,
+                                      reason)
+            self._open.discard(conn)
+            if conn.transport is not None:
+                conn.transport.abort()
 
     @staticmethod
     async def dispatch(broker: Broker, frame: bytes, client_host: str = ""
