@@ -186,6 +186,7 @@ class KafkaServer:
                 del frame  # handled: its memory is back in the pool, so let it go
             if chunks is not None:
                 await out.send(chunks)
+            del chunks  # sent: let go of its file pins before waiting for the next request
 
     async def _sweep_forever(self) -> None:
         config = self.broker.config
