@@ -37,7 +37,7 @@ from eddy.protocol.codec import (
     peek_header,
     supported_version,
 )
-from eddy.protocol.errors import CloseConnection
+from eddy.protocol.errors import CloseConnection, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +160,8 @@ class KafkaServer:
             log.warning("closing connection from %s: %s", peer, exc)
         except asyncio.CancelledError:
             pass
+        except (KafkaError, OSError) as exc:  # e.g. storage (disk full) where no code fits
+            log.error("closing connection from %s: %s", peer, exc)
         except Exception:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
