@@ -186,6 +186,12 @@ def _tagged(buf: bytes | bytearray | memoryview, pos: int, end: int,
     return pos
 
 
+def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int, what: str) -> int:
+    """Check a tagged-fields section none of whose tags is known (a request header's:
+    KIP-482) and return the position after it."""
+    return _tagged(buf, pos, len(buf), {}, what)
+
+
 _HELPERS: dict[str, Any] = {
     "_uvarint": _uvarint, "_fixed": _fixed, "_legacy_string": _legacy_string,
     "_legacy_bytes": _legacy_bytes, "_compact": _compact, "_legacy_count": _legacy_count,

@@ -15,7 +15,7 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 
 from eddy.protocol.apis import SUPPORTED, ApiKey, is_flexible, response_header_version
-from eddy.protocol.bounds import BoundsError, is_panic, walker
+from eddy.protocol.bounds import BoundsError, is_panic, skip_tagged_fields, walker
 
 _PREFIX = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
@@ -77,19 +77,6 @@ _resp_header_v0_writer = entity_writer(ResponseHeaderV0)
 _resp_header_v1_writer = entity_writer(ResponseHeaderV1)
 
 
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 28:
-            raise MalformedRequest("bad unsigned varint in request header")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-
-
 def _read_header(frame: bytes, flexible: bool) -> tuple[str | None, int]:
     """client_id and the body's start. Unknown header tags are skipped (KIP-482)."""
     pos = _PREFIX.size
@@ -104,13 +91,10 @@ def _read_header(frame: bytes, flexible: bool) -> tuple[str | None, int]:
         client_id = frame[pos : pos + n].decode("utf-8", "replace")
         pos += n
     if flexible:
-        count, pos = _uvarint(frame, pos)
-        for _ in range(count):
-            _tag, pos = _uvarint(frame, pos)
-            size, pos = _uvarint(frame, pos)
-            pos += size
-        if pos > len(frame):
-            raise MalformedRequest("request header tagged fields run past the frame")
+        try:
+            pos = skip_tagged_fields(frame, pos, "request header")
+        except BoundsError as exc:
+            raise MalformedRequest(str(exc)) from None
     return client_id, pos
 
 
