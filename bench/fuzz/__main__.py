@@ -1,0 +1,5 @@
+import sys
+
+from bench.fuzz.cli import main
+
+sys.exit(main())
