@@ -502,6 +502,13 @@ HOSTILE = {
     "tagged field count": (
         _flex_request(12, 4, _HB4 + b"\xff\xff\xff\xff\x0f"), "tagged fields"),
     "tagged field size": (_flex_request(12, 4, _HB4 + b"\x01\x09\xff\xff\x03xyz"), "tag 9"),
+    # found by bench.fuzz: a null array where the field is not nullable reached the
+    # handlers as None ("'NoneType' object is not iterable", a traceback per frame)
+    "null non-nullable array": (bytes.fromhex(
+        "0000002500140004006e2b23000772646b61666b610080000000000000003265366166340000ea6000"),
+        "topic_names: null"),
+    "null non-nullable legacy array": (
+        bb.request(42, 1, 5, struct.pack(">i", -1)), "groups_names: null"),
 }
 
 

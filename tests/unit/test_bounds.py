@@ -164,6 +164,23 @@ def test_nullable_struct_marker() -> None:
     assert "null marker is 5" in rejected(cls, bad)
 
 
+def test_null_only_where_the_field_is_nullable() -> None:
+    """Kafka's readers reject a null array, string or bytes in a field that is not
+    nullable; so do we, before a handler meets None where it expects a value."""
+    groups = load_request_schema(ApiKey.DELETE_GROUPS, 1)  # legacy array, not nullable
+    assert "groups_names: null" in rejected(groups, struct.pack(">i", -1))
+    groups2 = load_request_schema(ApiKey.DELETE_GROUPS, 2)  # compact array
+    assert "groups_names: null" in rejected(groups2, b"\x00\x00")
+    find = load_request_schema(ApiKey.FIND_COORDINATOR, 3)  # compact string
+    assert "key: null" in rejected(find, b"\x00\x00\x00")
+    find1 = load_request_schema(ApiKey.FIND_COORDINATOR, 1)  # legacy string
+    assert "key: null" in rejected(find1, struct.pack(">h", -1) + b"\x00")
+    metadata = load_request_schema(ApiKey.METADATA, 4)  # topics is nullable here
+    check(metadata, struct.pack(">i", -1) + b"\x01", 0)
+    produce = load_request_schema(ApiKey.PRODUCE, 3)  # transactional_id is nullable
+    check(produce, struct.pack(">hhii", -1, 1, 1000, 0), 0)
+
+
 def test_arrays_of_empty_elements_are_still_bounded() -> None:
     """Each element takes at least one byte, whatever its fields, so a count never
     exceeds the bytes left (as in Kafka's generated readers)."""

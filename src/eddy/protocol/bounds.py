@@ -11,7 +11,9 @@ count against the bytes actually present before kio allocates anything:
 - unsigned varints: at most 5 bytes (Kafka's limit for 32-bit varints);
 - tagged fields: the count fits the bytes left, each field's size fits, and a known tag's
   value is checked inside its own size;
-- nullable structs: the marker byte is -1 or 1.
+- nullable structs: the marker byte is -1 or 1;
+- null (-1, or 0 in the compact forms) only where the field is nullable, as Kafka's
+  generated readers insist: a null array, string or bytes elsewhere is rejected.
 
 A body that passes is one kio can decode with allocations proportional to its size (it
 may still reject it, e.g. for invalid UTF-8). The walkers are generated Python source, one
@@ -82,13 +84,21 @@ def _fixed(buf: bytes | bytearray | memoryview, pos: int, end: int, size: int, f
     return pos + size
 
 
-def _legacy_string(buf: bytes | bytearray | memoryview, pos: int, end: int, field: str) -> int:
+def _not_nullable(field: str) -> BoundsError:
+    return BoundsError(f"{field}: null, but the field is not nullable")
+
+
+def _legacy_string(buf: bytes | bytearray | memoryview, pos: int, end: int, field: str,
+                   nullable: bool) -> int:
     if pos + 2 > end:
         raise _short(field + " (string length)", 2, pos, end)
     (n,) = _I16.unpack_from(buf, pos)
     pos += 2
-    if n < -1:
-        raise BoundsError(f"{field}: string length {n} is negative")
+    if n < 0:
+        if n < -1:
+            raise BoundsError(f"{field}: string length {n} is negative")
+        if not nullable:
+            raise _not_nullable(field)
     if n > 0:
         if pos + n > end:
             raise _short(field, n, pos, end)
@@ -96,13 +106,17 @@ def _legacy_string(buf: bytes | bytearray | memoryview, pos: int, end: int, fiel
     return pos
 
 
-def _legacy_bytes(buf: bytes | bytearray | memoryview, pos: int, end: int, field: str) -> int:
+def _legacy_bytes(buf: bytes | bytearray | memoryview, pos: int, end: int, field: str,
+                  nullable: bool) -> int:
     if pos + 4 > end:
         raise _short(field + " (bytes length)", 4, pos, end)
     (n,) = _I32.unpack_from(buf, pos)
     pos += 4
-    if n < -1:
-        raise BoundsError(f"{field}: bytes length {n} is negative")
+    if n < 0:
+        if n < -1:
+            raise BoundsError(f"{field}: bytes length {n} is negative")
+        if not nullable:
+            raise _not_nullable(field)
     if n > 0:
         if pos + n > end:
             raise _short(field, n, pos, end)
@@ -110,9 +124,12 @@ def _legacy_bytes(buf: bytes | bytearray | memoryview, pos: int, end: int, field
     return pos
 
 
-def _compact(buf: bytes | bytearray | memoryview, pos: int, end: int, field: str) -> int:
+def _compact(buf: bytes | bytearray | memoryview, pos: int, end: int, field: str,
+             nullable: bool) -> int:
     """A compact string or bytes: unsigned varint length + 1 (0 is null), then the data."""
     n, pos = _uvarint(buf, pos, end, field)
+    if n == 0 and not nullable:
+        raise _not_nullable(field)
     if n > 1:
         n -= 1
         if pos + n > end:
@@ -122,14 +139,17 @@ def _compact(buf: bytes | bytearray | memoryview, pos: int, end: int, field: str
 
 
 def _legacy_count(buf: bytes | bytearray | memoryview, pos: int, end: int, min_size: int,
-                  field: str) -> tuple[int, int]:
+                  field: str, nullable: bool) -> tuple[int, int]:
     """An int32 array length (-1 is null): the count and the position after it."""
     if pos + 4 > end:
         raise _short(field + " (array length)", 4, pos, end)
     (n,) = _I32.unpack_from(buf, pos)
     pos += 4
-    if n < -1:
-        raise BoundsError(f"{field}: array length {n} is negative")
+    if n < 0:
+        if n < -1:
+            raise BoundsError(f"{field}: array length {n} is negative")
+        if not nullable:
+            raise _not_nullable(field)
     if n > 0 and n * min_size > end - pos:
         raise BoundsError(
             f"{field}: array of {n} elements cannot fit in the {end - pos} bytes left"
@@ -138,9 +158,11 @@ def _legacy_count(buf: bytes | bytearray | memoryview, pos: int, end: int, min_s
 
 
 def _compact_count(buf: bytes | bytearray | memoryview, pos: int, end: int, min_size: int,
-                   field: str) -> tuple[int, int]:
+                   field: str, nullable: bool) -> tuple[int, int]:
     """A compact array length (unsigned varint, count + 1, 0 is null)."""
     n, pos = _uvarint(buf, pos, end, field + " (array length)")
+    if n == 0 and not nullable:
+        raise _not_nullable(field)
     if n > 1:
         n -= 1
         if n * min_size > end - pos:
@@ -211,6 +233,8 @@ class _Field:
     array: bool
     nullable_struct: bool  # a struct field that may be null (int8 marker)
     tag: int | None
+    nullable: bool = False  # the field (an array, string or bytes) may be null
+    element_nullable: bool = False  # an array's string or bytes elements may be null
 
 
 def _strip_optional(tp: Any) -> tuple[Any, bool]:
@@ -227,8 +251,9 @@ def _fields(cls: type[Any]) -> list[_Field]:
     for f in dataclasses.fields(cls):
         tp, optional = _strip_optional(f.type)
         array = typing.get_origin(tp) is tuple
+        element_optional = False
         if array:
-            tp, _ = _strip_optional(typing.get_args(tp)[0])
+            tp, element_optional = _strip_optional(typing.get_args(tp)[0])
         struct_cls = tp if dataclasses.is_dataclass(tp) else None
         kafka_type = f.metadata.get("kafka_type")
         if struct_cls is None and kafka_type is None:
@@ -240,6 +265,8 @@ def _fields(cls: type[Any]) -> list[_Field]:
             array=array,
             nullable_struct=struct_cls is not None and optional and not array,
             tag=f.metadata.get("tag"),
+            nullable=optional,
+            element_nullable=element_optional,
         ))
     return out
 
@@ -343,10 +370,11 @@ class _Generator:
                 if f.kafka_type in _FIXED_SIZES:
                     body = [f"p += n * {_FIXED_SIZES[f.kafka_type]}"]
                 else:
-                    call = self._value_call(f.kafka_type, flexible, path + "[]")
+                    call = self._value_call(f.kafka_type, flexible, path + "[]",
+                                            f.element_nullable)
                     body = ["for _ in range(n):", *("    " + c for c in call.splitlines())]
             count = "_compact_count" if flexible else "_legacy_count"
-            return [f"n, p = {count}(b, p, e, {min_size}, {path!r})", *body]
+            return [f"n, p = {count}(b, p, e, {min_size}, {path!r}, {f.nullable})", *body]
         if f.struct is not None:
             inner = self.walker_name(f.struct)
             if f.nullable_struct:
@@ -354,21 +382,22 @@ class _Generator:
                         f"if present: p = {inner}(b, p, e)"]
             return [f"p = {inner}(b, p, e)"]
         assert f.kafka_type is not None
-        return self._value_call(f.kafka_type, flexible, path).splitlines()
+        return self._value_call(f.kafka_type, flexible, path, f.nullable).splitlines()
 
     @staticmethod
-    def _value_call(kafka_type: str, flexible: bool, path: str) -> str:
+    def _value_call(kafka_type: str, flexible: bool, path: str, nullable: bool) -> str:
         if kafka_type in _FIXED_SIZES:
             return f"p = _fixed(b, p, e, {_FIXED_SIZES[kafka_type]}, {path!r})"
         if kafka_type not in _VARIABLE:
             raise TypeError(f"{path}: unknown kafka_type {kafka_type}")
         if flexible:  # a length below 127 (one varint byte) is checked inline
-            return (f"if p < e and b[p] < 128:\n    p += b[p] or 1\n    if p > e: "
+            low = "0" if nullable else "1"  # 0 is null
+            return (f"if p < e and {low} <= b[p] < 128:\n    p += b[p] or 1\n    if p > e: "
                     f"raise BoundsError('{path}: runs past the end of the message')\n"
-                    f"else:\n    p = _compact(b, p, e, {path!r})")
+                    f"else:\n    p = _compact(b, p, e, {path!r}, {nullable})")
         if kafka_type == "string":
-            return f"p = _legacy_string(b, p, e, {path!r})"
-        return f"p = _legacy_bytes(b, p, e, {path!r})"
+            return f"p = _legacy_string(b, p, e, {path!r}, {nullable})"
+        return f"p = _legacy_bytes(b, p, e, {path!r}, {nullable})"
 
     def _tag_walker(self, f: _Field, flexible: bool, path: str) -> str:
         """A function that checks one tagged field's value (tagged fields only exist in
