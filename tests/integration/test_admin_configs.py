@@ -3,6 +3,8 @@ and the keyless-record rule of compacted topics."""
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
 
 import pytest
@@ -13,6 +15,7 @@ from confluent_kafka.admin import (
     ConfigEntry,
     ConfigResource,
     ConfigSource,
+    NewPartitions,
     NewTopic,
     ResourceType,
 )
@@ -236,3 +239,34 @@ def test_compaction_keeps_the_latest_value_per_key(eddy_factory) -> None:  # typ
     # cleaned: far fewer records than written, and the last value of every key is there
     assert sum(len(v) for v in seen.values()) < 60
     assert {k: v[-1] for k, v in seen.items()} == latest
+
+
+def test_a_request_for_too_many_partitions_fails_whole(eddy) -> None:  # type: ignore[no-untyped-def]
+    """Found by bench.fuzz: a 46-byte CreateTopics asking for 2,000,000,000 partitions
+    made the broker create directories for minutes, answering nobody. As in Kafka 4.0,
+    a request adding more than 10,000 partitions fails whole with POLICY_VIOLATION."""
+    admin = _admin(eddy)
+    futures = admin.create_topics([NewTopic("huge", 100_000, 1), NewTopic("small", 1, 1)],
+                                  operation_timeout=10)
+    for name in ("huge", "small"):
+        with pytest.raises(KafkaException) as info:
+            futures[name].result(15)
+        assert info.value.args[0].code() == KafkaError.POLICY_VIOLATION, name
+    _create(admin, "grows", 1)
+    grow = admin.create_partitions([NewPartitions("grows", 20_001)])
+    with pytest.raises(KafkaException) as info:
+        grow["grows"].result(15)
+    assert info.value.args[0].code() == KafkaError.POLICY_VIOLATION
+    topics = admin.list_topics(timeout=10).topics
+    assert "huge" not in topics and "small" not in topics
+    assert len(topics["grows"].partitions) == 1
+    # the fuzzer's frame itself (CreateTopics v4, topic "dos", 2,000,000,000 partitions)
+    with socket.create_connection(("127.0.0.1", eddy.port), timeout=10) as s:
+        s.sendall(bytes.fromhex("0000002a0013000400000001000466757a7a000000010003646f7377"
+                                "359400000100000000000000000000ea6000"))
+        head = s.recv(4, socket.MSG_WAITALL)
+        body = s.recv(struct.unpack(">i", head)[0], socket.MSG_WAITALL)
+    # correlation id, throttle, one topic "dos", then its error code: POLICY_VIOLATION
+    assert body[:4] == b"\x00\x00\x00\x01" and body[12:17] == b"\x00\x03dos"
+    assert struct.unpack_from(">h", body, 17)[0] == KafkaError.POLICY_VIOLATION
+    assert "dos" not in admin.list_topics(timeout=10).topics

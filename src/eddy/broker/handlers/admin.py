@@ -18,6 +18,8 @@ _NO_TIME = datetime.timedelta(0)
 CONFIG_SOURCE_DEFAULT = 5
 CONFIG_SOURCE_TOPIC = 1
 CONFIG_SOURCE_STATIC_BROKER = 4
+#: the most partitions one CreateTopics or CreatePartitions request may add (Kafka 4.0)
+MAX_PARTITIONS_PER_REQUEST = 10_000
 
 
 def _check_replicas(broker: Broker, replication_factor: int, assignments: Any) -> None:
@@ -38,12 +40,26 @@ def _check_replicas(broker: Broker, replication_factor: int, assignments: Any) -
             )
 
 
+def _too_many_partitions(total: int) -> KafkaError | None:
+    """Kafka (KAFKA-17870) fails a whole request that would create more than 10,000
+    partitions: creating them one by one would hold the broker for minutes."""
+    if total <= MAX_PARTITIONS_PER_REQUEST:
+        return None
+    return KafkaError(ErrorCode.policy_violation,
+                      f"Excessively large number of partitions per request ({total}, at "
+                      f"most {MAX_PARTITIONS_PER_REQUEST}).")
+
+
 async def create_topics(broker: Broker, req: Request) -> Any:
     body = req.body
     mod = response_module(ApiKey.CREATE_TOPICS, req.api_version)
     counts = Counter(t.name for t in body.topics)
     results = []
     now = broker.clock.now_ms()
+    too_many = _too_many_partitions(sum(
+        len(t.assignments) if t.assignments
+        else broker.config.num_partitions if t.num_partitions == -1 else max(t.num_partitions, 0)
+        for t in body.topics))
     for t in body.topics:
         code, message = ErrorCode.none, None
         topic_id = uuid.UUID(int=0)
@@ -51,6 +67,8 @@ async def create_topics(broker: Broker, req: Request) -> Any:
         rf = t.replication_factor
         configs_out: tuple[Any, ...] = ()
         try:
+            if too_many is not None:
+                raise too_many
             if counts[t.name] > 1:
                 raise KafkaError(ErrorCode.invalid_request,
                                  f"Create topics request from client contains duplicate "
@@ -140,9 +158,15 @@ async def create_partitions(broker: Broker, req: Request) -> Any:
     mod = response_module(ApiKey.CREATE_PARTITIONS, req.api_version)
     counts = Counter(t.name for t in body.topics)
     results = []
+    existing = {t.name: len(topic.partitions) for t in body.topics
+                if (topic := broker.logs.get(t.name)) is not None}
+    too_many = _too_many_partitions(sum(max(t.count - existing.get(t.name, t.count), 0)
+                                        for t in body.topics))
     for t in body.topics:
         code, message = ErrorCode.none, None
         try:
+            if too_many is not None:
+                raise too_many
             if counts[t.name] > 1:
                 raise KafkaError(ErrorCode.invalid_request, f"duplicate topic {t.name}")
             topic = broker.logs.get(t.name)
