@@ -88,33 +88,20 @@ def _not_nullable(field: str) -> BoundsError:
     return BoundsError(f"{field}: null, but the field is not nullable")
 
 
-def _legacy_string(buf: bytes | bytearray | memoryview, pos: int, end: int, field: str,
-                   nullable: bool) -> int:
-    if pos + 2 > end:
-        raise _short(field + " (string length)", 2, pos, end)
-    (n,) = _I16.unpack_from(buf, pos)
-    pos += 2
-    if n < 0:
-        if n < -1:
-            raise BoundsError(f"{field}: string length {n} is negative")
-        if not nullable:
-            raise _not_nullable(field)
-    if n > 0:
-        if pos + n > end:
-            raise _short(field, n, pos, end)
-        pos += n
-    return pos
+_LENGTH_PREFIX = {"string": _I16, "bytes": _I32}  # legacy (non-flexible) length prefixes
 
 
-def _legacy_bytes(buf: bytes | bytearray | memoryview, pos: int, end: int, field: str,
-                  nullable: bool) -> int:
-    if pos + 4 > end:
-        raise _short(field + " (bytes length)", 4, pos, end)
-    (n,) = _I32.unpack_from(buf, pos)
-    pos += 4
+def _legacy(buf: bytes | bytearray | memoryview, pos: int, end: int, field: str,
+            nullable: bool, kind: str) -> int:
+    """A legacy string (int16 length) or bytes (int32 length); -1 is null."""
+    prefix = _LENGTH_PREFIX[kind]
+    if pos + prefix.size > end:
+        raise _short(f"{field} ({kind} length)", prefix.size, pos, end)
+    (n,) = prefix.unpack_from(buf, pos)
+    pos += prefix.size
     if n < 0:
         if n < -1:
-            raise BoundsError(f"{field}: bytes length {n} is negative")
+            raise BoundsError(f"{field}: {kind} length {n} is negative")
         if not nullable:
             raise _not_nullable(field)
     if n > 0:
@@ -215,8 +202,8 @@ def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int, what: str)
 
 
 _HELPERS: dict[str, Any] = {
-    "_uvarint": _uvarint, "_fixed": _fixed, "_legacy_string": _legacy_string,
-    "_legacy_bytes": _legacy_bytes, "_compact": _compact, "_legacy_count": _legacy_count,
+    "_uvarint": _uvarint, "_fixed": _fixed, "_legacy": _legacy, "_compact": _compact,
+    "_legacy_count": _legacy_count,
     "_compact_count": _compact_count, "_nullable_struct": _nullable_struct,
     "_tagged": _tagged, "_short": _short, "BoundsError": BoundsError,
 }
@@ -395,9 +382,8 @@ class _Generator:
             return (f"if p < e and {low} <= b[p] < 128:\n    p += b[p] or 1\n    if p > e: "
                     f"raise BoundsError('{path}: runs past the end of the message')\n"
                     f"else:\n    p = _compact(b, p, e, {path!r}, {nullable})")
-        if kafka_type == "string":
-            return f"p = _legacy_string(b, p, e, {path!r}, {nullable})"
-        return f"p = _legacy_bytes(b, p, e, {path!r}, {nullable})"
+        kind = "string" if kafka_type == "string" else "bytes"  # records are bytes
+        return f"p = _legacy(b, p, e, {path!r}, {nullable}, {kind!r})"
 
     def _tag_walker(self, f: _Field, flexible: bool, path: str) -> str:
         """A function that checks one tagged field's value (tagged fields only exist in
