@@ -1,0 +1,291 @@
+"""Fuzz the mesh decoders (issue 11's approach, for the node mesh): `python -m
+bench.fuzz.mesh_decoders --seconds 10 [--seed N] [--json out.json]`.
+
+``check_input(data)`` is the target: the bytes are one QUIC stream, parsed whole
+(``parse_frame``) and fed in chunks (``FrameReader``; the first byte picks the chunk size),
+and each mesh message is decoded from them with postcard (``Hello``, ``Pong``, the whole
+``PingFrame`` enum, ``KafkaOpRequest``, ``KafkaOpResponse``, ``Pointer``, ``PullResponse``),
+from the frame's payload when a frame parses and from the raw bytes otherwise. Only
+``FrameError`` and ``PostcardError`` are documented; anything else escaping is a finding,
+and so is a decoded value that does not re-encode to exactly the bytes it came from
+(postcard's decoder is meant to accept canonical encodings only).
+
+``main`` runs random inputs and mutations of valid encodings (bit flips, interesting bytes,
+huge varints written or inserted, truncation, duplication, splices) for a time budget,
+deterministically by ``--seed``, and prints execs/s and the findings (deduplicated by
+exception type and the line it came from). Exit status 1 when there are findings.
+
+With atheris installed (``pip install -e '.[fuzz]'``): ``python -m bench.fuzz.mesh_decoders
+--atheris [libFuzzer flags] [CORPUS_DIR ...]`` runs the same target under libFuzzer with the
+mesh modules instrumented for coverage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from eddy.mesh import postcard
+from eddy.mesh.frames import (
+    TAG_KAFKA_OP,
+    TAG_PING,
+    TAG_POINTER_PULL,
+    FrameError,
+    FrameReader,
+    Hello,
+    KafkaOpRequest,
+    KafkaOpResponse,
+    PeerInfo,
+    Ping,
+    PingFrame,
+    Pointer,
+    Pong,
+    PullResponse,
+    TraceContext,
+    encode_frame,
+    parse_frame,
+)
+from eddy.mesh.postcard import PostcardError
+
+MAX_PAYLOAD = 1 << 16
+MESSAGES: list[Any] = [Hello, Pong, PingFrame, KafkaOpRequest, KafkaOpResponse, Pointer,
+                       PullResponse]
+DOCUMENTED = (FrameError, PostcardError)
+
+
+class NotCanonical(AssertionError):
+    """A decoder accepted bytes that are not the canonical encoding of what it returned."""
+
+
+def _decode(tp: Any, data: bytes) -> None:
+    try:
+        value = postcard.decode(tp, data)
+    except PostcardError:
+        return
+    again = postcard.encode_value(tp, value)
+    if again != data:
+        raise NotCanonical(f"{tp!r}: {data.hex()} decoded, re-encodes as {again.hex()}")
+
+
+def check_input(data: bytes) -> None:
+    """The fuzz target: returns for every documented outcome, raises anything else."""
+    try:
+        frame = parse_frame(data, MAX_PAYLOAD)
+        body = frame.payload
+    except FrameError:
+        frame, body = None, data
+    step = 1 + (data[0] % 7 if data else 0)
+    reader = FrameReader(MAX_PAYLOAD)
+    try:
+        for i in range(0, len(data), step):
+            reader.feed(data[i:i + step])
+        incremental = reader.finish()
+    except FrameError:
+        incremental = None
+    if incremental != frame:
+        raise AssertionError(f"FrameReader gave {incremental!r}, parse_frame {frame!r}")
+    if frame is not None:
+        again = encode_frame(frame.tag, frame.payload, frame.trace)
+        if again != data:
+            raise NotCanonical(f"frame {data.hex()} re-encodes as {again.hex()}")
+    for tp in MESSAGES:
+        _decode(tp, body)
+
+
+# -- seeds and mutations -----------------------------------------------------------------------
+TRACE = TraceContext(bytes(range(1, 17)), bytes(range(1, 9)), 1)
+
+
+def seed_messages() -> list[tuple[int, Any]]:
+    """One or more valid values of every message type, with the tag each travels under."""
+    rng = random.Random(0)
+    node = bytes(range(32))
+    peers = tuple(PeerInfo(node, i, f"10.0.0.{i}:7946", f"10.0.0.{i}:9092", ("broker",),
+                           "r1" if i % 2 else None) for i in range(3))
+    return [
+        (TAG_PING, Ping(1, 1_700_000_000_000)),
+        (TAG_PING, Pong(7, 300, peers)),
+        (TAG_PING, Hello(node, -1, ("broker", "gateway"),
+                         ("127.0.0.1:7946", "kafka=127.0.0.1:9092"), "rack-a", "0.1.0")),
+        (TAG_KAFKA_OP, KafkaOpRequest(2**63, 0x02, 5, 30_000, rng.randbytes(40))),
+        (TAG_KAFKA_OP, KafkaOpResponse(9, 0x0B, 3, b"", "timed out: \u00e9")),
+        (TAG_POINTER_PULL, Pointer(node, 4000, node[::-1])),
+        (TAG_POINTER_PULL, PullResponse(node, b"x" * 50)),
+        (TAG_POINTER_PULL, PullResponse(node, None)),
+    ]
+
+
+def seed_inputs() -> list[bytes]:
+    """Valid encodings of every message, bare and framed (with and without a trace), and a
+    frame under an unknown tag."""
+    out = []
+    for tag, msg in seed_messages():
+        payload = postcard.encode(msg)
+        out += [payload, encode_frame(tag, payload), encode_frame(tag, payload, TRACE)]
+    out.append(encode_frame(0x95, b"\x01"))
+    return out
+
+
+INTERESTING = [0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF, 0xFE]
+HUGE_VARINTS = [b"\xff\xff\xff\xff\x0f", b"\x80\x80\x80\x80\x08", b"\xff" * 9 + b"\x01",
+                b"\x80" * 10 + b"\x01", b"\x80\x00", b"\xff\xff\xff\xff\x1f", b"\xa0\x1f"]
+
+Mutation = Callable[[random.Random, bytearray, list[bytes]], None]
+
+
+def _flip(rng: random.Random, b: bytearray, _: list[bytes]) -> None:
+    for _i in range(rng.randint(1, 4)):
+        b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+
+
+def _set_byte(rng: random.Random, b: bytearray, _: list[bytes]) -> None:
+    b[rng.randrange(len(b))] = rng.choice([*INTERESTING, rng.randrange(256)])
+
+
+def _varint(rng: random.Random, b: bytearray, _: list[bytes]) -> None:
+    pos, v = rng.randrange(len(b) + 1), rng.choice(HUGE_VARINTS)
+    if rng.random() < 0.5:
+        b[pos:pos + len(v)] = v  # overwrite
+    else:
+        b[pos:pos] = v  # insert
+
+
+def _truncate(rng: random.Random, b: bytearray, _: list[bytes]) -> None:
+    del b[rng.randrange(len(b)):]
+
+
+def _duplicate(rng: random.Random, b: bytearray, _: list[bytes]) -> None:
+    lo = rng.randrange(len(b))
+    hi = min(len(b), lo + rng.randint(1, 16))
+    b[hi:hi] = b[lo:hi]
+
+
+def _splice(rng: random.Random, b: bytearray, corpus: list[bytes]) -> None:
+    other = rng.choice(corpus)
+    lo = rng.randrange(len(other))
+    b[rng.randrange(len(b) + 1):] = other[lo:]
+
+
+def _delete(rng: random.Random, b: bytearray, _: list[bytes]) -> None:
+    lo = rng.randrange(len(b))
+    del b[lo:lo + rng.randint(1, 8)]
+
+
+MUTATIONS: list[Mutation] = [_flip, _set_byte, _varint, _truncate, _duplicate, _splice, _delete]
+
+
+def next_input(rng: random.Random, corpus: list[bytes]) -> bytes:
+    """One in eight inputs is random bytes; the others are a seed with 1-3 mutations."""
+    if rng.random() < 0.125:
+        return rng.randbytes(rng.randrange(64))
+    b = bytearray(rng.choice(corpus))
+    for _ in range(rng.randint(1, 3)):
+        if not b:
+            break
+        rng.choice(MUTATIONS)(rng, b, corpus)
+    return bytes(b)
+
+
+# -- the run -----------------------------------------------------------------------------------
+@dataclass
+class Finding:
+    signature: str  # exception type and the line it was raised from
+    message: str
+    input_hex: str
+    count: int = 1
+
+
+@dataclass
+class Report:
+    seed: int
+    seconds: float = 0.0
+    execs: int = 0
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def execs_per_s(self) -> float:
+        return self.execs / self.seconds if self.seconds else 0.0
+
+
+def _signature(exc: BaseException) -> str:
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f"{tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else "?"
+    return f"{type(exc).__name__} at {where}"
+
+
+def run(seconds: float, seed: int = 1, max_execs: int | None = None,
+        clock: Callable[[], float] = time.monotonic) -> Report:
+    """Fuzz for ``seconds`` (or ``max_execs`` inputs); findings deduplicated by signature."""
+    rng = random.Random(seed)
+    corpus = seed_inputs()
+    report = Report(seed)
+    found: dict[str, Finding] = {}
+    start = clock()
+    deadline = start + seconds
+    while (max_execs is None or report.execs < max_execs) and (
+            report.execs % 64 or clock() < deadline):
+        data = next_input(rng, corpus)
+        report.execs += 1
+        try:
+            check_input(data)
+        except Exception as exc:
+            sig = _signature(exc)
+            if sig in found:
+                found[sig].count += 1
+            else:
+                found[sig] = Finding(sig, str(exc)[:300], data.hex())
+    report.seconds = clock() - start
+    report.findings = list(found.values())
+    return report
+
+
+def atheris_main(argv: list[str]) -> None:
+    """libFuzzer over ``check_input`` (atheris), every loaded module instrumented. Without a
+    corpus directory among the arguments, a temporary one seeded with ``seed_inputs``."""
+    import tempfile
+
+    import atheris  # optional: pip install -e '.[fuzz]'
+
+    args = argv[1:]
+    if all(a.startswith("-") for a in args):
+        corpus = tempfile.mkdtemp(prefix="eddy-mesh-fuzz-")
+        for i, data in enumerate(seed_inputs()):
+            with open(f"{corpus}/seed-{i:03d}", "wb") as fh:
+                fh.write(data)
+        args.append(corpus)
+    atheris.instrument_all()
+    atheris.Setup([argv[0], *args], check_input)
+    atheris.Fuzz()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["--atheris"]:
+        atheris_main([sys.argv[0], *args_in[1:]])
+        return 0
+    ap = argparse.ArgumentParser(prog="python -m bench.fuzz.mesh_decoders",
+                                 description="Fuzz the mesh frame and postcard decoders.")
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", help="write the report as JSON to this file")
+    args = ap.parse_args(args_in)
+    report = run(args.seconds, args.seed)
+    print(f"mesh decoders, seed {report.seed}: {report.execs} execs in {report.seconds:.1f} s "
+          f"({report.execs_per_s:,.0f}/s), {len(report.findings)} findings")
+    for f in report.findings:
+        print(f"  {f.signature} (x{f.count}): {f.message}\n    input: {f.input_hex}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({**asdict(report), "execs_per_s": report.execs_per_s}, fh, indent=2)
+    return 1 if report.findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
