@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sized
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sized
+from typing import Any, Protocol
+
+from kio.schema.api_versions.v0 import response as api_versions_v0
 
 from eddy.broker.allocator import tune_malloc
 from eddy.broker.broker import Broker
@@ -27,7 +29,8 @@ from eddy.broker.handlers import (
 )
 from eddy.broker.memory_pool import MemoryPool
 from eddy.broker.sender import ResponseWriter
-from eddy.protocol.apis import ApiKey
+from eddy.config import BrokerConfig
+from eddy.protocol.apis import SUPPORTED, ApiKey, VersionRange
 from eddy.protocol.codec import (
     Encoded,
     MalformedRequest,
@@ -37,11 +40,22 @@ from eddy.protocol.codec import (
     peek_header,
     supported_version,
 )
-from eddy.protocol.errors import CloseConnection, KafkaError
+from eddy.protocol.errors import CloseConnection, ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Broker, Request], Awaitable[Any]]
+#: a handler of any node kind (KafkaServer passes it the node it serves)
+NodeHandler = Callable[[Any, Request], Awaitable[Any]]
+
+
+class ServedNode(Protocol):
+    """What the listener needs of the node it serves (a Broker, or a gateway)."""
+
+    config: BrokerConfig
+
+    def set_advertised_port(self, port: int) -> None: ...
+
 
 HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.API_VERSIONS: api_versions.handle,
@@ -85,9 +99,14 @@ class KafkaServer:
     for connections.max.idle.ms and socket.request.read.timeout.ms. Request bytes held in
     memory by all connections together come from one pool (queued.max.request.bytes)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        config = broker.config
+    def __init__(self, node: ServedNode, handlers: Mapping[ApiKey, NodeHandler] | None = None,
+                 versions: Mapping[ApiKey, VersionRange] | None = None) -> None:
+        """`handlers` (default: the broker's HANDLERS) get `node` and the request;
+        `versions` (default: SUPPORTED) are the API versions served, each with a handler."""
+        self.node = node
+        self.handlers: Mapping[ApiKey, NodeHandler] = handlers if handlers is not None else HANDLERS
+        self.versions = versions if versions is not None else SUPPORTED
+        config = node.config
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._open: set[Connection] = set()  # admitted and not yet closed, for the sweep
@@ -101,7 +120,7 @@ class KafkaServer:
 
     async def start(self) -> int:
         tune_malloc()  # requests of ~1 MB come and go: keep their pages (see allocator.py)
-        config = self.broker.config
+        config = self.node.config
         host, port = config.listen_address
         max_bytes = config.socket_request_max_bytes
         self.limits = ConnectionLimits(
@@ -115,7 +134,7 @@ class KafkaServer:
             backlog=1024,
         )
         bound_port: int = self._server.sockets[0].getsockname()[1]
-        self.broker.set_advertised_port(bound_port)
+        self.node.set_advertised_port(bound_port)
         self._sweeper = loop.create_task(self._sweep_forever())
         return bound_port
 
@@ -172,8 +191,7 @@ class KafkaServer:
 
     async def _serve(self, conn: Connection, transport: asyncio.Transport) -> None:
         """One request at a time, answered in order (as Kafka does per connection)."""
-        broker = self.broker
-        out = ResponseWriter(transport, conn.drain, broker.config.sendfile)
+        out = ResponseWriter(transport, conn.drain, self.node.config.sendfile)
         host = f"/{conn.peer_ip}" if conn.peer_ip else ""
         while True:
             frame = await conn.read_frame()
@@ -181,7 +199,7 @@ class KafkaServer:
                 return
             conn.busy = True
             try:
-                chunks = await self.dispatch(broker, frame, host)
+                chunks = await self.dispatch(frame, host)
             finally:
                 conn.busy = False
                 conn.release(len(frame))
@@ -191,7 +209,7 @@ class KafkaServer:
             del chunks  # sent: let go of its file pins before waiting for the next request
 
     async def _sweep_forever(self) -> None:
-        config = self.broker.config
+        config = self.node.config
         shortest = min(config.connections_max_idle_ms, config.socket_request_read_timeout_ms)
         period = max(0.01, min(1.0, shortest / 4000))
         loop = asyncio.get_running_loop()
@@ -201,7 +219,7 @@ class KafkaServer:
 
     def sweep(self, now: float) -> None:
         """Close the connections that are idle too long or too slow sending a request."""
-        config = self.broker.config
+        config = self.node.config
         idle_ms = config.connections_max_idle_ms
         read_ms = config.socket_request_read_timeout_ms
         for conn in list(self._open):
@@ -219,18 +237,29 @@ class KafkaServer:
             if conn.transport is not None:
                 conn.transport.abort()
 
-    @staticmethod
-    async def dispatch(broker: Broker, frame: bytes, client_host: str = ""
-                       ) -> list[Sized] | None:
+    def _unsupported_api_versions(self) -> Any:
+        if self.versions is SUPPORTED:
+            return api_versions.unsupported_response()
+        return api_versions_v0.ApiVersionsResponse(
+            error_code=ErrorCode.unsupported_version,
+            api_keys=tuple(api_versions_v0.ApiVersion(api_key=k, min_version=r.min,
+                                                      max_version=r.max)
+                           for k, r in sorted(self.versions.items())),
+        )
+
+    async def dispatch(self, frame: bytes, client_host: str = "") -> list[Sized] | None:
         try:
             raw = peek_header(frame)
         except MalformedRequest as exc:
             raise CloseConnection(str(exc)) from None
         key = supported_version(raw.api_key, raw.api_version)
+        if key is not None and (key not in self.handlers or key not in self.versions
+                                or raw.api_version not in self.versions[key]):
+            key = None
         if key is None:
             if raw.api_key == ApiKey.API_VERSIONS:
                 # answer in v0 with the ranges we have, so the client can retry lower
-                body = api_versions.unsupported_response()
+                body = self._unsupported_api_versions()
                 return [encode_response(ApiKey.API_VERSIONS, 0, raw.correlation_id, body)]
             raise CloseConnection(
                 f"unsupported API key {raw.api_key} version {raw.api_version}"
@@ -239,7 +268,7 @@ class KafkaServer:
             request = decode_request(frame, key, raw.api_version, client_host)
         except MalformedRequest as exc:
             raise CloseConnection(str(exc)) from None
-        body = await HANDLERS[key](broker, request)
+        body = await self.handlers[key](self.node, request)
         if body is None:
             return None
         if isinstance(body, Encoded):

@@ -1,0 +1,39 @@
+"""The gateway's Kafka handler table: same shape as eddy.broker.server.HANDLERS, served by
+KafkaServer(gateway, handlers=GATEWAY_HANDLERS, versions=GATEWAY_VERSIONS)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from eddy.gateway import handlers_admin as admin
+from eddy.gateway import handlers_data as data
+from eddy.gateway import handlers_groups as groups
+from eddy.gateway.node import GATEWAY_VERSIONS, Gateway
+from eddy.protocol.apis import ApiKey
+from eddy.protocol.codec import Request
+
+__all__ = ["GATEWAY_HANDLERS", "GATEWAY_VERSIONS", "GatewayHandler"]
+
+GatewayHandler = Callable[[Gateway, Request], Awaitable[Any]]
+
+GATEWAY_HANDLERS: dict[ApiKey, GatewayHandler] = {
+    ApiKey.API_VERSIONS: admin.api_versions,
+    ApiKey.METADATA: admin.metadata,
+    ApiKey.FIND_COORDINATOR: admin.find_coordinator,
+    ApiKey.CREATE_TOPICS: admin.create_topics,
+    ApiKey.INIT_PRODUCER_ID: admin.init_producer_id,
+    ApiKey.PRODUCE: data.produce,
+    ApiKey.FETCH: data.fetch,
+    ApiKey.LIST_OFFSETS: data.list_offsets,
+    ApiKey.JOIN_GROUP: groups.join_group,
+    ApiKey.SYNC_GROUP: groups.sync_group,
+    ApiKey.HEARTBEAT: groups.heartbeat,
+    ApiKey.LEAVE_GROUP: groups.leave_group,
+    ApiKey.OFFSET_COMMIT: groups.offset_commit,
+    ApiKey.OFFSET_FETCH: groups.offset_fetch,
+    ApiKey.LIST_GROUPS: groups.list_groups,
+    ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
+}
+
+assert set(GATEWAY_HANDLERS) == set(GATEWAY_VERSIONS), "every served API has a handler"

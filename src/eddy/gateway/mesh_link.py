@@ -1,0 +1,149 @@
+"""The gateway's two needs met by the mesh: routes from the member directory, and a
+forwarder that carries ops as KafkaOp frames (tag 0x11) to their owner; plus the owner's
+side of the carrier, which runs them through an OpExecutor.
+
+A node that is a broker and a gateway runs its own ops in-process, without the mesh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Protocol
+
+from eddy.gateway.executor import OpExecutor
+from eddy.gateway.ops import OpError, OpFailed, OpTimeout, OpUnavailable, UnknownOp
+from eddy.gateway.routes import TopicRoute
+from eddy.mesh import postcard
+from eddy.mesh.directory import Directory, Route
+from eddy.mesh.frames import (
+    TAG_KAFKA_OP,
+    Frame,
+    FrameError,
+    KafkaOpRequest,
+    KafkaOpResponse,
+)
+
+log = logging.getLogger(__name__)
+
+STATUS_OK, STATUS_UNKNOWN_OP, STATUS_TIMED_OUT, STATUS_FAILED, STATUS_CANCELLED = range(5)
+#: extra time a caller waits beyond the op's own timeout, for the answer to travel back
+_MARGIN_S = 2.0
+
+
+class Caller(Protocol):
+    async def call(self, peer: bytes, tag: int, payload: bytes, timeout_s: float) -> bytes: ...
+
+
+class DirectoryRoutes:
+    """gateway.routes.Routes over the mesh's member directory."""
+
+    def __init__(self, directory: Directory) -> None:
+        self.directory = directory
+
+    def topic(self, name: str) -> TopicRoute | None:
+        r = self.directory.topic(name)
+        return None if r is None else TopicRoute(r.node_id, r.partitions)
+
+    def topics(self) -> dict[str, TopicRoute]:
+        return {n: TopicRoute(r.node_id, r.partitions)
+                for n, r in self.directory.topics().items()}
+
+    def group_owner(self, group_id: str) -> int | None:
+        return self.directory.group_owner(group_id)
+
+    def broker_nodes(self) -> list[int]:
+        return self.directory.broker_nodes()
+
+    def note_topic(self, name: str, route: TopicRoute) -> None:
+        self.directory.note_topic(name, Route(route.node_id, route.partitions))
+
+
+class MeshForwarder:
+    """gateway.routes.Forwarder: an op to a node by Kafka node id, over the mesh (or
+    in-process when the node is this one)."""
+
+    def __init__(self, rpc: Caller, directory: Directory, local: OpExecutor | None,
+                 timeout_errors: tuple[type[BaseException], ...],
+                 unavailable_errors: tuple[type[BaseException], ...]) -> None:
+        self.rpc = rpc
+        self.directory = directory
+        self.local = local
+        self._timeouts = timeout_errors
+        self._unavailable = unavailable_errors
+        self._ids = itertools.count(1)
+
+    async def call(self, node_id: int, op: int, body: bytes, timeout_ms: int) -> bytes:
+        if self.local is not None and node_id == self.directory.local.kafka_node_id:
+            try:
+                return await asyncio.wait_for(self.local.execute(op, body), timeout_ms / 1000)
+            except TimeoutError:
+                raise OpTimeout(f"op 0x{op:02x} on this node timed out") from None
+            except OpError as exc:
+                raise OpFailed(str(exc)) from None
+        key = self.directory.key_of(node_id)
+        if key is None:
+            raise OpUnavailable(f"node {node_id} is not on the mesh")
+        correlation = next(self._ids)
+        request = KafkaOpRequest(correlation_id=correlation, op=op, org_id=0,
+                                 timeout_ms=timeout_ms, body=body)
+        try:
+            payload = await self.rpc.call(key, TAG_KAFKA_OP, postcard.encode(request),
+                                          timeout_ms / 1000 + _MARGIN_S)
+        except self._timeouts:
+            raise OpTimeout(f"node {node_id} did not answer op 0x{op:02x} in time") from None
+        except self._unavailable as exc:
+            raise OpUnavailable(f"node {node_id}: {exc}") from None
+        except (FrameError, postcard.PostcardError) as exc:
+            raise OpFailed(f"node {node_id} answered op 0x{op:02x} malformed: {exc}") from None
+        try:
+            answer = postcard.decode(KafkaOpResponse, payload)
+        except postcard.PostcardError as exc:
+            raise OpFailed(f"node {node_id} answered op 0x{op:02x} malformed: {exc}") from None
+        if answer.correlation_id != correlation or answer.op != op:
+            raise OpFailed(f"node {node_id} answered another op ({answer.op:#04x}, "
+                           f"correlation {answer.correlation_id})")
+        if answer.status == STATUS_OK:
+            return answer.body
+        if answer.status == STATUS_TIMED_OUT:
+            raise OpTimeout(f"node {node_id}: {answer.message}")
+        raise OpFailed(f"node {node_id}: {answer.message or 'failed'}")
+
+
+class KafkaOpServer:
+    """The owner's side of the carrier: decode, run within the op's timeout, answer."""
+
+    def __init__(self, executor: OpExecutor | None) -> None:
+        self.executor = executor
+        self.served = 0
+
+    async def handle(self, peer: bytes, frame: Frame) -> bytes | None:
+        try:
+            req = postcard.decode(KafkaOpRequest, frame.payload)
+        except postcard.PostcardError as exc:
+            log.info("dropped a KafkaOp from %s: %s", peer.hex()[:12], exc)
+            return None  # no correlation id to answer under: the stream is reset
+
+        def answer(status: int, body: bytes = b"", message: str = "") -> bytes:
+            return postcard.encode(KafkaOpResponse(
+                correlation_id=req.correlation_id, op=req.op, status=status, body=body,
+                message=message))
+
+        if self.executor is None:
+            return answer(STATUS_FAILED, message="this node has no broker role")
+        try:
+            body = await asyncio.wait_for(self.executor.execute(req.op, req.body),
+                                          max(req.timeout_ms, 1) / 1000)
+        except TimeoutError:
+            return answer(STATUS_TIMED_OUT, message=f"op 0x{req.op:02x} timed out after "
+                          f"{req.timeout_ms} ms")
+        except UnknownOp as exc:
+            return answer(STATUS_UNKNOWN_OP, message=str(exc))
+        except OpError as exc:
+            return answer(STATUS_FAILED, message=str(exc))
+        except Exception as exc:  # an op that crashed answers, it does not take the node
+            log.exception("op 0x%02x from %s failed", req.op, peer.hex()[:12])
+            return answer(STATUS_FAILED, message=f"{type(exc).__name__}: {exc}")
+        self.served += 1
+        return answer(STATUS_OK, body)
