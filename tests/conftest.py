@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 READY = "EDDY_READY kafka="
+MESH = "EDDY_MESH "
 
 
 class EddyProcess:
@@ -25,6 +26,8 @@ class EddyProcess:
         self.extra_args = list(extra_args or [])
         self.preexec_fn = preexec_fn  # run in the child before exec (e.g. to set rlimits)
         self.port = 0
+        self.mesh = ""  # the mesh listener HOST:PORT, when the node runs the mesh
+        self.node_key = ""  # its NodeId (hex)
         self.proc: subprocess.Popen[str] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
 
@@ -54,6 +57,10 @@ class EddyProcess:
                 raise RuntimeError(f"eddy exited with {self.proc.returncode}:\n{self.logs()}")
             if sel.select(timeout=0.2):
                 line = self.proc.stdout.readline()
+                if line.startswith(MESH):  # READY follows at once, maybe already buffered
+                    fields = dict(f.split("=", 1) for f in line.split()[1:])
+                    self.mesh, self.node_key = fields["mesh"], fields["node"]
+                    line = self.proc.stdout.readline()
                 if line.startswith(READY):
                     self.port = int(line.strip().rsplit(":", 1)[1])
                     return self

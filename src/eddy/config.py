@@ -33,6 +33,16 @@ def parse_host_port(value: str, field: str) -> tuple[str, int]:
     return (host.strip("[]") or "127.0.0.1"), int(port)
 
 
+#: the roles a node can have today (seed 000's broker and gateway; controller, registry and
+#: connect become roles with the work that builds them)
+ROLES = frozenset({"broker", "gateway"})
+
+
+def split_list(value: str) -> list[str]:
+    """A comma-separated setting as its non-empty, stripped items."""
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
 def parse_connection_overrides(value: str) -> dict[str, int]:
     """Kafka's max.connections.per.ip.overrides: 'host:count,host:count' (IPv6 hosts
     in brackets or bare; the count is after the last colon)."""
@@ -159,6 +169,46 @@ class BrokerConfig(BaseModel):
         "recently used closed beyond it (0: half the open-files limit, RLIMIT_NOFILE)",
     )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    process_roles: str = Field(
+        "broker", alias="process.roles",
+        description="comma-separated roles: broker (holds partitions and groups), gateway "
+        "(holds nothing: clients bootstrap to it and it forwards every operation to the "
+        "owning node over the mesh; with broker too, local operations run in-process)",
+    )
+    broker_rack: str | None = Field(None, alias="broker.rack", description="rack of this node")
+    mesh_listener: str | None = Field(
+        None, alias="mesh.listener",
+        description="HOST:PORT (UDP) of the node mesh (QUIC); unset: no mesh unless "
+        "mesh.seeds is set or the node is a gateway, then 127.0.0.1:0",
+    )
+    mesh_advertised: str | None = Field(
+        None, alias="mesh.advertised.listener",
+        description="HOST:PORT other nodes dial for the mesh (default: mesh.listener)",
+    )
+    mesh_seeds: str = Field(
+        "", alias="mesh.seeds", description="HOST:PORT list of mesh addresses to join through"
+    )
+    mesh_allowed_nodes: str = Field(
+        "", alias="mesh.allowed.nodes",
+        description="comma-separated NodeIds (hex or base32) allowed on the mesh; empty: any",
+    )
+    mesh_mdns_enable: bool = Field(
+        False, alias="mesh.mdns.enable",
+        description="find peers on the LAN by mDNS (zeroconf) besides mesh.seeds",
+    )
+    mesh_ping_interval_ms: int = Field(
+        500, ge=10, alias="mesh.ping.interval.ms",
+        description="how often every known peer is PINGed (seed 002)",
+    )
+    mesh_ping_max_unacked: int = Field(
+        4, ge=1, alias="mesh.ping.max.unacked",
+        description="a peer that leaves this many PINGs in a row unanswered is dead (seed "
+        "002's MAX_PING_UNACKED): with the interval, 2 s by default",
+    )
+    mesh_request_timeout_ms: int = Field(
+        30000, ge=1, alias="mesh.request.timeout.ms",
+        description="default timeout of a forwarded operation over the mesh",
+    )
 
     @field_validator("listen", "advertised")
     @classmethod
@@ -166,6 +216,30 @@ class BrokerConfig(BaseModel):
         if v is not None:
             parse_host_port(v, info.field_name)
         return v
+
+    @field_validator("mesh_listener", "mesh_advertised")
+    @classmethod
+    def _mesh_host_port(cls, v: str | None, info: Any) -> str | None:
+        if v is not None:
+            parse_host_port(v, info.field_name)
+        return v
+
+    @field_validator("mesh_seeds")
+    @classmethod
+    def _seeds(cls, v: str) -> str:
+        for item in split_list(v):
+            parse_host_port(item, "mesh.seeds")
+        return v
+
+    @field_validator("process_roles")
+    @classmethod
+    def _roles(cls, v: str) -> str:
+        roles = split_list(v)
+        unknown = sorted(set(roles) - ROLES)
+        if unknown or not roles:
+            raise ValueError(f"roles must be a comma-separated subset of {sorted(ROLES)}, "
+                             f"got {v!r}")
+        return ",".join(roles)
 
     @field_validator("log_level")
     @classmethod
@@ -199,6 +273,22 @@ class BrokerConfig(BaseModel):
     def connection_overrides(self) -> dict[str, int]:
         """max.connections.per.ip.overrides as host -> limit."""
         return parse_connection_overrides(self.max_connections_per_ip_overrides)
+
+    @property
+    def roles(self) -> frozenset[str]:
+        return frozenset(split_list(self.process_roles))
+
+    @property
+    def mesh_enabled(self) -> bool:
+        return bool(self.mesh_listener or self.mesh_seeds or "gateway" in self.roles)
+
+    @property
+    def mesh_address(self) -> tuple[str, int]:
+        return parse_host_port(self.mesh_listener or "127.0.0.1:0", "mesh.listener")
+
+    @property
+    def mesh_seed_addresses(self) -> list[tuple[str, int]]:
+        return [parse_host_port(s, "mesh.seeds") for s in split_list(self.mesh_seeds)]
 
     @property
     def listen_address(self) -> tuple[str, int]:

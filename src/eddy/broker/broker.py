@@ -29,6 +29,21 @@ log = logging.getLogger(__name__)
 META_FILE = "meta.json"
 
 
+def load_cluster_id(data_dir: str, node_id: int) -> str:
+    """This node's cluster id, made up and saved on first start."""
+    path = os.path.join(data_dir, META_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            meta: dict[str, Any] = json.load(f)
+        return str(meta["cluster_id"])
+    except FileNotFoundError:
+        pass
+    os.makedirs(data_dir, exist_ok=True)
+    cluster_id = uuid.uuid4().hex[:22]
+    atomic_write(path, json.dumps({"cluster_id": cluster_id, "node_id": node_id}).encode())
+    return cluster_id
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock) -> None:
         self.config = config
@@ -50,24 +65,10 @@ class Broker:
 
     def load(self) -> None:
         os.makedirs(self.config.data_dir, exist_ok=True)
-        self.cluster_id = self._load_cluster_id()
+        self.cluster_id = load_cluster_id(self.config.data_dir, self.node_id)
         self.logs.load(self.clock.now_ms())
         self.groups.load()
         self.transactions.load()
-
-    def _load_cluster_id(self) -> str:
-        path = os.path.join(self.config.data_dir, META_FILE)
-        try:
-            with open(path, encoding="utf-8") as f:
-                meta: dict[str, Any] = json.load(f)
-            return str(meta["cluster_id"])
-        except FileNotFoundError:
-            pass
-        cluster_id = uuid.uuid4().hex[:22]
-        atomic_write(
-            path, json.dumps({"cluster_id": cluster_id, "node_id": self.node_id}).encode()
-        )
-        return cluster_id
 
     def set_advertised_port(self, port: int) -> None:
         """When listening on port 0, clients must be told the port the OS picked."""

@@ -12,12 +12,11 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from eddy.broker.broker import Broker
-from eddy.broker.server import KafkaServer
 from eddy.clock import WallClock
 from eddy.config import BrokerConfig
 from eddy.log.dir_lock import DataDirLock
 from eddy.log.file_cache import FILES
+from eddy.node import start_node, stop_node
 
 log = logging.getLogger("eddy")
 
@@ -27,29 +26,32 @@ _NOFILE_CEILING = 1 << 20
 
 async def serve(config: BrokerConfig, ready_line: bool = True) -> None:
     started = time.perf_counter()
-    broker = Broker(config, WallClock())
-    broker.load()
-    server = KafkaServer(broker)
-    port = await server.start()
-    broker.start_maintenance()
+    node = await start_node(config, WallClock())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     elapsed_ms = (time.perf_counter() - started) * 1000
+    served = node.gateway if node.gateway is not None else node.broker
+    assert served is not None
+    topics = f"{len(node.broker.logs.topics)} topics" if node.broker else "no partitions"
     log.info(
-        "eddy node %d ready in %.0f ms: Kafka on %s:%d (advertised %s:%d), data in %s, "
-        "%d topics",
-        config.node_id, elapsed_ms, config.listen_address[0], port, broker.host, broker.port,
-        config.data_dir, len(broker.logs.topics),
+        "eddy node %d (%s) ready in %.0f ms: Kafka on %s:%d (advertised %s:%d), data in %s, "
+        "%s", config.node_id, config.process_roles, elapsed_ms, config.listen_address[0],
+        served.port, served.host, served.port, config.data_dir, topics,
     )
+    if node.mesh is not None:
+        log.info("mesh on %s (UDP, QUIC), NodeId %s, seeds: %s", node.mesh.mesh_addr,
+                 node.mesh.identity.to_base32(), config.mesh_seeds or "none")
     if ready_line:
-        # machine-readable line for scripts and tests that start `eddy serve --listen :0`
-        print(f"EDDY_READY kafka={broker.host}:{broker.port}", flush=True)
+        # machine-readable lines for scripts and tests that start `eddy serve --listen :0`
+        if node.mesh is not None:
+            print(f"EDDY_MESH mesh={node.mesh.mesh_addr} node={node.mesh.key.hex()}",
+                  flush=True)
+        print(f"EDDY_READY kafka={served.host}:{served.port}", flush=True)
     await stop.wait()
     log.info("shutting down")
-    await server.stop()
-    await broker.stop()
+    await stop_node(node)
     log.info("stopped cleanly")
 
 
@@ -88,6 +90,8 @@ def run(config: BrokerConfig) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # aioquic logs every handshake at INFO: the mesh logs what matters about peers itself
+    logging.getLogger("quic").setLevel(max(logging.WARNING, logging.getLogger().level))
     size_file_cache(config, raise_open_files_limit())
     run_loop: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
     with contextlib.suppress(ImportError):

@@ -1,14 +1,19 @@
-"""`eddy cluster status`."""
+"""`eddy cluster status` and `eddy cluster ping`."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import os
+import statistics
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
 from eddy.cli.common import (
     BootstrapOpt,
     ClientConfigOpt,
+    CliError,
     Conn,
     Output,
     OutputOpt,
@@ -20,6 +25,24 @@ from eddy.cli.common import (
     stdout_console,
 )
 from eddy.cli.topic import is_internal
+from eddy.config import ConfigError, parse_host_port
+from eddy.mesh.control import (
+    ControlResponse,
+    PingRequest,
+    PingResponse,
+    StatusRequest,
+    StatusResponse,
+)
+from eddy.mesh.identity import to_base32
+
+MeshOpt = Annotated[
+    str | None,
+    typer.Option("--mesh", "-m", envvar="EDDY_MESH",
+                 help="a node's mesh listener HOST:PORT (its `mesh.listener`): show the mesh "
+                 "as that node knows it. The tool dials with a throwaway key, or with the "
+                 "key in the directory EDDY_MESH_IDENTITY (for nodes limited by "
+                 "mesh.allowed.nodes)"),
+]
 
 cluster_app = typer.Typer(help="Inspect the cluster.", no_args_is_help=True)
 
@@ -30,9 +53,14 @@ def status(
     bootstrap: BootstrapOpt = "127.0.0.1:9092",
     output: OutputOpt = None,
     client_config: ClientConfigOpt = None,
+    mesh: MeshOpt = None,
 ) -> None:
-    """Cluster id, controller, brokers, topic and partition counts."""
+    """Cluster id, controller, brokers, topic and partition counts; with --mesh, every node
+    that node knows on the mesh and its state (alive, suspect, dead)."""
     out = resolve_output(output)
+    if mesh:
+        _mesh_status(mesh, out)
+        return
     conn = Conn.make(bootstrap, client_config)
     md = conn.metadata()
     brokers = [{"id": b.id, "host": b.host, "port": b.port}
@@ -73,3 +101,91 @@ def status(
     render_table(out, ["BROKER", "HOST", "PORT", "CONTROLLER"],
                  [[b["id"], b["host"], b["port"], b["id"] == info["controller"]]
                   for b in brokers], title="Brokers", console=console)
+
+
+def _mesh_addr(mesh: str) -> tuple[str, int]:
+    try:
+        return parse_host_port(mesh, "--mesh")
+    except ConfigError as exc:
+        raise CliError(str(exc), 2) from None
+
+
+def _ask(mesh: str, request: StatusRequest | PingRequest, timeout_s: float) -> ControlResponse:
+    from eddy.mesh.client import control_call  # aioquic only when the mesh is asked
+
+    identity = os.environ.get("EDDY_MESH_IDENTITY")
+    try:
+        return asyncio.run(control_call(_mesh_addr(mesh), request, timeout_s,
+                                        Path(identity) if identity else None))
+    except (TimeoutError, OSError) as exc:
+        raise CliError(f"no mesh node answered at {mesh}: {exc or 'timed out'}") from None
+    except CliError:
+        raise
+    except Exception as exc:
+        raise CliError(f"mesh node at {mesh}: {type(exc).__name__}: {exc}") from None
+
+
+def _node_json(n: Any) -> dict[str, Any]:
+    return {"node_id": n.kafka_node_id, "node_key": n.node_key.hex(),
+            "node_key_base32": to_base32(n.node_key), "roles": list(n.roles),
+            "kafka": n.kafka_addr, "mesh": n.mesh_addr, "rack": n.rack, "state": n.state,
+            "last_seen_ms_ago": n.last_seen_ms_ago,
+            "rtt_ms": None if n.rtt_us is None else n.rtt_us / 1000,
+            "topics": n.topics, "groups": n.groups}
+
+
+def _mesh_status(mesh: str, out: Output) -> None:
+    answer = _ask(mesh, StatusRequest(), float(os.environ.get("EDDY_MESH_TIMEOUT", "10")))
+    if not isinstance(answer, StatusResponse):
+        raise CliError(f"mesh node at {mesh} answered a status request with {answer!r}")
+    nodes = [_node_json(n) for n in answer.nodes]
+    info = {"local": answer.local.hex(), "nodes": nodes,
+            "active_view": [k.hex() for k in answer.active_view],
+            "passive_view": [k.hex() for k in answer.passive_view],
+            "frames_in": {f"{t:#04x}": c for t, c in answer.frames_in},
+            "frames_out": {f"{t:#04x}": c for t, c in answer.frames_out},
+            "bytes_in": answer.bytes_in, "bytes_out": answer.bytes_out}
+    if out is Output.json:
+        print_json(info)
+        return
+    rows = [[n["node_id"], n["node_key_base32"][:10], ",".join(n["roles"]), n["kafka"],
+             n["mesh"], n["rack"] or "", n["state"],
+             "" if n["rtt_ms"] is None else f"{n['rtt_ms']:.2f}"] for n in nodes]
+    headers = ["NODE", "KEY", "ROLES", "KAFKA", "MESH", "RACK", "STATE", "RTT MS"]
+    if out is Output.plain:
+        for r in rows:
+            typer.echo("\t".join(str(c) for c in r))
+        return
+    render_table(out, headers, rows, title=f"Mesh as {to_base32(answer.local)[:10]} sees it",
+                 console=stdout_console())
+
+
+@cluster_app.command("ping")
+@handle_errors
+def ping(
+    node: Annotated[str, typer.Argument(help="the node to ping: its node.id or NodeId "
+                                        "(hex or base32)")],
+    mesh: MeshOpt = None,
+    count: Annotated[int, typer.Option("--count", "-c", min=1, max=1000)] = 5,
+    interval_ms: Annotated[int, typer.Option("--interval-ms", min=0, max=10000)] = 200,
+    output: OutputOpt = None,
+) -> None:
+    """Round trips over the mesh from the node at --mesh to NODE (Ping/Pong, tag 0x10)."""
+    out = resolve_output(output)
+    if not mesh:
+        raise CliError("say which node pings: --mesh HOST:PORT (or EDDY_MESH)", 2)
+    answer = _ask(mesh, PingRequest(target=node, count=count, interval_ms=interval_ms),
+                  10.0 + count * (interval_ms / 1000 + 5))
+    if not isinstance(answer, PingResponse):
+        raise CliError(f"mesh node at {mesh} answered a ping request with {answer!r}")
+    rtts = [us / 1000 for us in answer.rtts_us]
+    if out is Output.json:
+        print_json({"target": answer.target.hex(), "rtt_ms": rtts, "error": answer.error})
+    else:
+        for i, rtt in enumerate(rtts):
+            typer.echo(f"pong from {node}: seq={i} time={rtt:.3f} ms")
+        if rtts:
+            typer.echo(f"{len(rtts)} pongs, min/median/max = {min(rtts):.3f}/"
+                       f"{statistics.median(rtts):.3f}/{max(rtts):.3f} ms")
+    if answer.error:
+        raise CliError(answer.error)

@@ -1,0 +1,93 @@
+"""The parts a node runs for its roles: a Broker (broker role), the Kafka listener serving
+either the broker's handlers or the gateway's (gateway role), and the mesh when configured.
+
+A gateway that is also a broker runs its own partitions' ops in-process (the forwarder's
+local path) and everyone else's over the mesh.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from eddy.broker.broker import Broker, load_cluster_id
+from eddy.broker.server import KafkaServer
+from eddy.clock import Clock
+from eddy.config import BrokerConfig
+from eddy.gateway.executor import OpExecutor
+from eddy.gateway.handlers import GATEWAY_HANDLERS, GATEWAY_VERSIONS
+from eddy.gateway.mesh_link import DirectoryRoutes, KafkaOpServer, MeshForwarder
+from eddy.gateway.node import Gateway
+from eddy.mesh.frames import TAG_KAFKA_OP
+from eddy.mesh.identity import NodeIdentity
+from eddy.mesh.quic import MeshError, MeshTimeout, PeerUnavailable
+from eddy.mesh.service import MeshService
+
+log = logging.getLogger("eddy")
+
+
+def hosted_by(broker: Broker) -> tuple[dict[str, int], frozenset[str]]:
+    """What a broker announces on the mesh: its topics (not the internal ones, which every
+    broker has its own of) with partition counts, and the groups it coordinates."""
+    topics = {t.name: len(t.partitions) for t in broker.logs.topics.values()
+              if not t.is_internal}
+    groups = frozenset(g.group_id for g in broker.groups.coordinator.list_groups().groups)
+    return topics, groups
+
+
+@dataclass
+class Node:
+    config: BrokerConfig
+    broker: Broker | None
+    server: KafkaServer
+    mesh: MeshService | None
+    gateway: Gateway | None
+
+
+async def start_node(config: BrokerConfig, clock: Clock) -> Node:
+    roles = config.roles
+    broker: Broker | None = None
+    if "broker" in roles:
+        broker = Broker(config, clock)
+        broker.load()
+    mesh: MeshService | None = None
+    if config.mesh_enabled:
+        identity = NodeIdentity.load_or_create(config.data_dir)
+        mesh = MeshService(config, identity, clock, config.advertised_address)
+    gateway: Gateway | None = None
+    if "gateway" in roles:
+        assert mesh is not None  # a gateway always has the mesh (config.mesh_enabled)
+        executor = OpExecutor(broker) if broker is not None else None
+        forwarder = MeshForwarder(mesh.rpc, mesh.directory, executor,
+                                  timeout_errors=(MeshTimeout, TimeoutError),
+                                  unavailable_errors=(PeerUnavailable, MeshError, OSError))
+        cluster_id = broker.cluster_id if broker is not None else load_cluster_id(
+            config.data_dir, config.node_id)
+        gateway = Gateway(config, DirectoryRoutes(mesh.directory), forwarder, cluster_id)
+        server = KafkaServer(gateway, handlers=GATEWAY_HANDLERS, versions=GATEWAY_VERSIONS)
+    else:
+        assert broker is not None
+        server = KafkaServer(broker)
+    await server.start()
+    if mesh is not None:
+        node = gateway if gateway is not None else broker
+        assert node is not None
+        mesh.set_kafka_address((node.host, node.port))
+        if broker is not None:
+            b = broker
+            mesh.hosted = lambda: hosted_by(b)
+            mesh.rpc.handle(TAG_KAFKA_OP, KafkaOpServer(OpExecutor(broker)).handle)
+        else:
+            mesh.rpc.handle(TAG_KAFKA_OP, KafkaOpServer(None).handle)
+        await mesh.start()
+    if broker is not None:
+        broker.start_maintenance()
+    return Node(config, broker, server, mesh, gateway)
+
+
+async def stop_node(node: Node) -> None:
+    await node.server.stop()
+    if node.mesh is not None:
+        await node.mesh.stop()
+    if node.broker is not None:
+        await node.broker.stop()
