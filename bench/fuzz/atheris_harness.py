@@ -23,8 +23,9 @@ from collections.abc import Callable
 
 import atheris
 
-with atheris.instrument_imports(include=["eddy.protocol", "bench.fuzz.targets"]):
-    from bench.fuzz import targets
+with atheris.instrument_imports(include=["eddy.protocol", "eddy.mesh", "bench.fuzz.targets",
+                                         "bench.fuzz.mesh_decoders"]):
+    from bench.fuzz import mesh_decoders, targets
     from eddy.protocol import codec
     from eddy.protocol.apis import SUPPORTED
 
@@ -64,6 +65,7 @@ def _wrap(target: Callable[[bytes], None]) -> Callable[[bytes], None]:
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "decode": targets.decode_frame,
     "batches": targets.validate_records,
+    "mesh": mesh_decoders.check_input,  # mesh frames and every postcard message type
 }
 
 

@@ -1,5 +1,5 @@
 """Run an atheris harness for a fixed time and report: `python -m bench.fuzz.atheris_run
-decode|batches [--seconds 1800]`.
+decode|batches|mesh [--seconds 1800]`.
 
 libFuzzer stops at its first finding (and its -fork mode cannot re-run a Python harness),
 so the run is a loop of segments: each starts from the working corpus (recorded seeds,
@@ -231,7 +231,7 @@ def render(s: Summary) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.fuzz.atheris_run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("target", choices=["decode", "batches"])
+    ap.add_argument("target", choices=["decode", "batches", "mesh"])
     ap.add_argument("--seconds", type=float, default=1800.0, help="total fuzzing time")
     ap.add_argument("--workdir", type=Path, default=None,
                     help="working corpus, artifacts and log (default: a new temp dir)")

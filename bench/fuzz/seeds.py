@@ -44,7 +44,14 @@ def batches_seeds() -> Iterator[bytes]:
         yield b"\x01" + records
 
 
-SEEDS = {"decode": decode_seeds, "batches": batches_seeds}
+def mesh_seeds() -> Iterator[bytes]:
+    """Valid mesh frames and postcard messages (bench.fuzz.mesh_decoders)."""
+    from bench.fuzz.mesh_decoders import seed_inputs
+
+    yield from seed_inputs()
+
+
+SEEDS = {"decode": decode_seeds, "batches": batches_seeds, "mesh": mesh_seeds}
 
 
 def write_seeds(target: str, out: Path) -> int:

@@ -231,6 +231,18 @@ class BrokerConfig(BaseModel):
             parse_host_port(item, "mesh.seeds")
         return v
 
+    @field_validator("mesh_allowed_nodes")
+    @classmethod
+    def _allowed(cls, v: str) -> str:
+        from eddy.mesh.identity import IdentityError, parse_node_id
+
+        for item in split_list(v):
+            try:
+                parse_node_id(item)
+            except IdentityError as exc:
+                raise ValueError(f"{item!r}: {exc}") from None
+        return v
+
     @field_validator("process_roles")
     @classmethod
     def _roles(cls, v: str) -> str:

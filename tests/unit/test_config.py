@@ -59,3 +59,19 @@ def test_bad_file(tmp_path: Path) -> None:
         load_config(str(f), env={})
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(str(tmp_path / "missing.yaml"), env={})
+
+
+def test_mesh_and_role_settings_are_checked_where_they_are_read() -> None:
+    cfg = load_config(env={}, overrides={"process.roles": " gateway , broker",
+                                         "mesh.seeds": "127.0.0.1:9093, [::1]:9094",
+                                         "mesh.allowed.nodes": "ab" * 32})
+    assert cfg.roles == {"gateway", "broker"} and cfg.mesh_enabled
+    assert cfg.mesh_seed_addresses == [("127.0.0.1", 9093), ("::1", 9094)]
+    assert not load_config(env={}).mesh_enabled  # a lone broker runs no mesh
+    assert load_config(env={}, overrides={"mesh.listener": "127.0.0.1:0"}).mesh_enabled
+    for bad, field in [({"process.roles": "broker,wizard"}, "process_roles"),
+                       ({"process.roles": ""}, "process_roles"),
+                       ({"mesh.seeds": "nohost"}, "mesh.seeds"),
+                       ({"mesh.allowed.nodes": "xyz"}, "mesh_allowed_nodes")]:
+        with pytest.raises(ConfigError, match=field):
+            load_config(env={}, overrides=bad)

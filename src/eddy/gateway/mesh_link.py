@@ -18,16 +18,20 @@ from eddy.gateway.routes import TopicRoute
 from eddy.mesh import postcard
 from eddy.mesh.directory import Directory, Route
 from eddy.mesh.frames import (
+    KAFKA_OP_STATUS_FAILED,
+    KAFKA_OP_STATUS_OK,
+    KAFKA_OP_STATUS_TIMED_OUT,
+    KAFKA_OP_STATUS_UNKNOWN_OP,
     TAG_KAFKA_OP,
     Frame,
     FrameError,
     KafkaOpRequest,
     KafkaOpResponse,
 )
+from eddy.observe.tracing import span
 
 log = logging.getLogger(__name__)
 
-STATUS_OK, STATUS_UNKNOWN_OP, STATUS_TIMED_OUT, STATUS_FAILED, STATUS_CANCELLED = range(5)
 #: extra time a caller waits beyond the op's own timeout, for the answer to travel back
 _MARGIN_S = 2.0
 
@@ -89,8 +93,10 @@ class MeshForwarder:
         request = KafkaOpRequest(correlation_id=correlation, op=op, org_id=0,
                                  timeout_ms=timeout_ms, body=body)
         try:
-            payload = await self.rpc.call(key, TAG_KAFKA_OP, postcard.encode(request),
-                                          timeout_ms / 1000 + _MARGIN_S)
+            # the frame carries this span's context: the owner's spans continue the trace
+            with span("eddy.mesh.kafka-op.call", node_id=node_id, op=op):
+                payload = await self.rpc.call(key, TAG_KAFKA_OP, postcard.encode(request),
+                                              timeout_ms / 1000 + _MARGIN_S)
         except self._timeouts:
             raise OpTimeout(f"node {node_id} did not answer op 0x{op:02x} in time") from None
         except self._unavailable as exc:
@@ -104,9 +110,9 @@ class MeshForwarder:
         if answer.correlation_id != correlation or answer.op != op:
             raise OpFailed(f"node {node_id} answered another op ({answer.op:#04x}, "
                            f"correlation {answer.correlation_id})")
-        if answer.status == STATUS_OK:
+        if answer.status == KAFKA_OP_STATUS_OK:
             return answer.body
-        if answer.status == STATUS_TIMED_OUT:
+        if answer.status == KAFKA_OP_STATUS_TIMED_OUT:
             raise OpTimeout(f"node {node_id}: {answer.message}")
         raise OpFailed(f"node {node_id}: {answer.message or 'failed'}")
 
@@ -131,19 +137,20 @@ class KafkaOpServer:
                 message=message))
 
         if self.executor is None:
-            return answer(STATUS_FAILED, message="this node has no broker role")
+            return answer(KAFKA_OP_STATUS_FAILED, message="this node has no broker role")
         try:
-            body = await asyncio.wait_for(self.executor.execute(req.op, req.body),
-                                          max(req.timeout_ms, 1) / 1000)
+            with span("eddy.mesh.kafka-op.serve", op=req.op, peer=peer.hex()[:12]):
+                body = await asyncio.wait_for(self.executor.execute(req.op, req.body),
+                                              max(req.timeout_ms, 1) / 1000)
         except TimeoutError:
-            return answer(STATUS_TIMED_OUT, message=f"op 0x{req.op:02x} timed out after "
+            return answer(KAFKA_OP_STATUS_TIMED_OUT, message=f"op 0x{req.op:02x} timed out after "
                           f"{req.timeout_ms} ms")
         except UnknownOp as exc:
-            return answer(STATUS_UNKNOWN_OP, message=str(exc))
+            return answer(KAFKA_OP_STATUS_UNKNOWN_OP, message=str(exc))
         except OpError as exc:
-            return answer(STATUS_FAILED, message=str(exc))
+            return answer(KAFKA_OP_STATUS_FAILED, message=str(exc))
         except Exception as exc:  # an op that crashed answers, it does not take the node
             log.exception("op 0x%02x from %s failed", req.op, peer.hex()[:12])
-            return answer(STATUS_FAILED, message=f"{type(exc).__name__}: {exc}")
+            return answer(KAFKA_OP_STATUS_FAILED, message=f"{type(exc).__name__}: {exc}")
         self.served += 1
-        return answer(STATUS_OK, body)
+        return answer(KAFKA_OP_STATUS_OK, body)

@@ -337,6 +337,7 @@ class MeshService:
                                       rack=h.rack, version=h.version), self.clock.now_ms())
 
     async def _exchange_hello(self, peer: bytes) -> None:
+        started = time.perf_counter()
         try:
             payload = await self.rpc.call(peer, TAG_PING, postcard.encode(self.hello()), 10.0)
             answer = postcard.decode(PingFrame, payload)  # type: ignore[arg-type]
@@ -345,6 +346,8 @@ class MeshService:
             return
         if isinstance(answer, Hello) and answer.node_id == peer:
             self._apply_hello(answer)
+            rtt_ms = (time.perf_counter() - started) * 1000
+            self.directory.seen(peer, self.clock.now_ms(), rtt_ms)
 
     async def _on_ping(self, peer: bytes, frame: Frame) -> bytes | None:
         msg = postcard.decode(PingFrame, frame.payload)  # type: ignore[arg-type]
