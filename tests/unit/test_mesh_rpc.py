@@ -100,7 +100,7 @@ def test_a_handler_that_cannot_decode_its_payload_drops_the_stream() -> None:
 
 
 def test_an_answer_under_another_tag_is_refused() -> None:
-    client, server = pair()
+    client, _ = pair()
 
     class Wrong:
         async def request(self, peer: bytes, data: bytes, timeout_s: float) -> bytes:
