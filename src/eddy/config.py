@@ -196,6 +196,10 @@ class BrokerConfig(BaseModel):
         False, alias="mesh.mdns.enable",
         description="find peers on the LAN by mDNS (zeroconf) besides mesh.seeds",
     )
+    mesh_mdns_cluster: str = Field(
+        "", alias="mesh.mdns.cluster",
+        description="with mDNS, join only nodes that announce the same name",
+    )
     mesh_ping_interval_ms: int = Field(
         500, ge=10, alias="mesh.ping.interval.ms",
         description="how often every known peer is PINGed (seed 002)",

@@ -153,6 +153,17 @@ class GossipNode:
             self._intents.append(Drop(node_id))
         self._pump(now_ms)
 
+    def discovered(self, ref: PeerRef, now_ms: int) -> None:
+        """A peer found outside gossip (mDNS): joined through while we have no neighbour,
+        else kept in the passive view for when one is needed."""
+        if ref.node_id == self.me.node_id:
+            return
+        if not self.hv.active:
+            self.hv.join(ref, now_ms)
+        else:
+            self.hv.add_passive(ref)
+        self._pump(now_ms)
+
     def set_topics(self, topics: frozenset[str] | None, now_ms: int) -> None:
         self.tree.set_topics(topics)
         self._pump(now_ms)

@@ -59,6 +59,7 @@ from eddy.mesh.gossip_messages import (
 )
 from eddy.mesh.gossip_node import GossipConfig, GossipNode
 from eddy.mesh.identity import NodeIdentity, parse_node_id
+from eddy.mesh.mdns import MdnsDiscovery
 from eddy.mesh.peers import PeerConfig
 from eddy.mesh.quic import MeshError, MeshTransport
 from eddy.mesh.rpc import MeshRpc
@@ -108,6 +109,7 @@ class MeshService:
         self._runner: asyncio.Task[None] | None = None
         self._nonces = itertools.count(1)
         self.control = ControlServer(self)
+        self.mdns: MdnsDiscovery | None = None
 
     def set_kafka_address(self, addr: tuple[str, int]) -> None:
         """The Kafka address clients are told (known once the listener is bound)."""
@@ -148,10 +150,27 @@ class MeshService:
         seeds = [s for s in seeds if s != self.mesh_addr]
         self.gossip = GossipNode(PeerRef(self.key, self.mesh_addr), seeds, self.rng,
                                  GossipConfig(peers=peers))
+        if cfg.mesh_mdns_enable:
+            # a node on a loopback address is reachable there only: announce it there only
+            loopback = advertised[0].startswith("127.") or advertised[0] == "::1"
+            self.mdns = MdnsDiscovery(self.key, advertised, cfg.node_id, self._on_mdns_found,
+                                      interfaces=[advertised[0]] if loopback else None,
+                                      cluster=cfg.mesh_mdns_cluster)
+            await self.mdns.start()
         self._runner = asyncio.get_running_loop().create_task(self._run())
         return bound
 
+    def _on_mdns_found(self, key: bytes, addr: str) -> None:
+        """A node on the LAN (mDNS proves no identity: the connection checks the key)."""
+        if self.gossip is None:
+            return
+        now = self.clock.now_ms()
+        self.gossip.discovered(PeerRef(key, addr), now)
+        self._pump(now)
+
     async def stop(self) -> None:
+        if self.mdns is not None:
+            await self.mdns.close()
         if self._runner is not None:
             self._runner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
