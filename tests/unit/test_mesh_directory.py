@@ -70,3 +70,15 @@ def test_a_second_key_claiming_a_live_node_id_is_refused() -> None:
     d.set_state(info(1).key, DEAD)
     assert d.hello(impostor, 0)  # the old one is dead: the id moved to a new key
     assert d.key_of(1) == impostor.key
+
+
+def test_the_directory_is_bounded_and_makes_room_from_dead_nodes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import eddy.mesh.directory as directory
+
+    monkeypatch.setattr(directory, "MAX_MEMBERS", 3)
+    d = Directory(info(0, ("gateway",)))
+    assert d.hello(info(1), 0) and d.hello(info(2), 0)
+    assert not d.hello(info(3), 0)  # full, nobody dead
+    d.set_state(info(1).key, DEAD)
+    assert d.hello(info(3), 0)
+    assert info(1).key not in d.members and len(d.members) == 3

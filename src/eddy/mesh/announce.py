@@ -3,9 +3,11 @@ gossip for announcements too big for a datagram.
 
 An announcement carries the node's Hello facts (so every node learns every other's
 addresses, not only its gossip neighbours') and, for a broker, the topics and groups it
-hosts. Versions grow with every change; receivers keep the newest. An encoded announcement
-over POINTER_THRESHOLD bytes is broadcast as a Pointer {hash, size, source}; receivers pull
-the payload from the source over a stream (tag 0x01) on a cache miss (seed 000).
+hosts. Versions grow with every change; receivers keep the newest. Gossip relays it through
+other nodes, so it is signed with the announcing node's Ed25519 key (its NodeId): a relay
+cannot forge or alter where a topic lives. An encoded announcement over POINTER_THRESHOLD
+bytes is broadcast as a Pointer {hash, size, source}; receivers pull the payload from the
+source over a stream (tag 0x01) on a cache miss (seed 000).
 """
 
 from __future__ import annotations
@@ -14,13 +16,17 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import ClassVar
 
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from eddy.mesh import postcard
 from eddy.mesh.frames import Pointer, pointer_hash
+from eddy.mesh.identity import NodeIdentity
 from eddy.mesh.postcard import I32, U32, U64, Fixed32
 
 
 @dataclass(frozen=True, slots=True)
 class Announcement:
-    VARIANT: ClassVar[int] = 0
     node: Fixed32
     version: U64
     kafka_node_id: I32
@@ -34,12 +40,51 @@ class Announcement:
 
 
 @dataclass(frozen=True, slots=True)
+class SignedAnnouncement:
+    """An encoded Announcement and the announcing node's Ed25519 signature over it."""
+
+    VARIANT: ClassVar[int] = 0
+    body: bytes
+    signature: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class AnnouncementPointer:
     VARIANT: ClassVar[int] = 1
     pointer: Pointer
 
 
-GossipPayload = Announcement | AnnouncementPointer
+GossipPayload = SignedAnnouncement | AnnouncementPointer
+
+_CONTEXT = b"eddy-mesh/1 announcement\0"  # signatures made here mean nothing elsewhere
+
+
+class BadAnnouncement(ValueError):
+    """An announcement that does not decode or whose signature does not verify."""
+
+
+def sign(identity: NodeIdentity, ann: Announcement) -> bytes:
+    """The gossip payload for an announcement: encoded and signed."""
+    body = postcard.encode(ann)
+    signature = identity.private_key.sign(_CONTEXT + body)
+    return postcard.encode(SignedAnnouncement(body=body, signature=signature))
+
+
+def verify(signed: SignedAnnouncement) -> Announcement:
+    """The announcement, if its signature is its own node's."""
+    if len(signed.signature) != 64:
+        raise BadAnnouncement(f"signature of {len(signed.signature)} bytes, expected 64")
+    try:
+        ann = postcard.decode(Announcement, signed.body)
+    except postcard.PostcardError as exc:
+        raise BadAnnouncement(str(exc)) from None
+    try:
+        Ed25519PublicKey.from_public_bytes(ann.node).verify(signed.signature,
+                                                            _CONTEXT + signed.body)
+    except (InvalidSignature, ValueError):
+        raise BadAnnouncement(f"announcement for {ann.node.hex()[:12]} is not signed by "
+                              "that node") from None
+    return ann
 
 #: the Plumtree topic announcements are broadcast under
 ANNOUNCE_TOPIC = "eddy.nodes"

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 log = logging.getLogger(__name__)
 
 ALIVE, SUSPECT, DEAD = "alive", "suspect", "dead"
+#: nodes remembered at most (announcements of further ones are ignored until dead ones go)
+MAX_MEMBERS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +85,20 @@ class Directory:
                 return False
         member = self.members.get(info.key)
         if member is None:
+            if len(self.members) >= MAX_MEMBERS and not self._forget_one_dead():
+                log.warning("%d nodes known already: ignoring node %s", MAX_MEMBERS,
+                            info.key.hex()[:12])
+                return False
             self.members[info.key] = Member(info, last_seen_ms=now_ms)
         else:
             member.info, member.state, member.last_seen_ms = info, ALIVE, now_ms
+        return True
+
+    def _forget_one_dead(self) -> bool:
+        dead = [(m.last_seen_ms, k) for k, m in self.members.items() if m.state == DEAD]
+        if not dead:
+            return False
+        del self.members[min(dead)[1]]
         return True
 
     def set_state(self, key: bytes, state: str, now_ms: int | None = None) -> None:

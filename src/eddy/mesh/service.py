@@ -29,6 +29,9 @@ from eddy.mesh.announce import (
     AnnouncementPointer,
     GossipPayload,
     PayloadCache,
+    SignedAnnouncement,
+    sign,
+    verify,
 )
 from eddy.mesh.control_server import ControlServer
 from eddy.mesh.directory import ALIVE, DEAD, SUSPECT, Directory, NodeInfo
@@ -73,6 +76,8 @@ MAX_FRAME_BYTES = 64 << 20
 #: (gossip is best effort and repairs itself)
 MAX_PENDING_PER_PEER = 256
 
+#: how often what this node hosts is compared with what it last announced
+HOSTED_CHECK_MS = 250
 #: topics and groups this node hosts, asked for before each announcement
 HostedFn = Callable[[], tuple[dict[str, int], frozenset[str]]]
 
@@ -102,6 +107,7 @@ class MeshService:
         self.announce_interval_ms = 5_000
         self._announced: tuple[dict[str, int], frozenset[str]] | None = None
         self._last_announce_ms = 0
+        self._last_hosted_check_ms = 0
         self._version = itertools.count(clock.now_ms() * 1000)
         self._pending: dict[bytes, list[bytes]] = {}
         self._connecting: set[bytes] = set()
@@ -320,6 +326,10 @@ class MeshService:
             if key == self.key:
                 continue
             state = states.get(key)
+            if state is None and member.state != DEAD and member.info.mesh_addr:
+                # every known node is pinged, not only gossip neighbours: that is what
+                # tells `eddy cluster status` (and the routes) a node died
+                self.gossip.peers.track(PeerRef(key, member.info.mesh_addr), now)
             if state == "alive":
                 self.directory.set_state(key, ALIVE, now)
             elif state in ("suspect", "unchecked") and member.state != DEAD:
@@ -402,13 +412,17 @@ class MeshService:
     # ---- announcements and pointer gossip ------------------------------------------------
 
     def _maybe_announce(self, now: int) -> None:
+        due = now - self._last_announce_ms >= self.announce_interval_ms
+        if not due and now - self._last_hosted_check_ms < HOSTED_CHECK_MS:
+            return
+        self._last_hosted_check_ms = now
         hosted = self.hosted() if self.hosted is not None else ({}, frozenset())
         changed = hosted != self._announced
         if not changed and now - self._last_announce_ms < self.announce_interval_ms:
             return
-        self._announced = hosted
+        topics, groups = dict(hosted[0]), hosted[1]
+        self._announced = (topics, groups)  # a copy: the caller may change its dict
         self._last_announce_ms = now
-        topics, groups = hosted
         self.directory.routes_update(self.key, next(self._version), topics, groups)
         info = self.directory.local
         ann = Announcement(node=self.key, version=self.directory.members[self.key]
@@ -416,7 +430,7 @@ class MeshService:
                            roles=info.roles, mesh_addr=info.mesh_addr,
                            kafka_addr=info.kafka_addr, rack=info.rack, software=info.version,
                            topics=tuple(sorted(topics.items())), groups=tuple(sorted(groups)))
-        payload = postcard.encode(ann)
+        payload = sign(self.identity, ann)
         if len(payload) > POINTER_THRESHOLD:
             digest = self.cache.put(payload)
             payload = postcard.encode(AnnouncementPointer(
@@ -429,11 +443,14 @@ class MeshService:
             msg = postcard.decode(GossipPayload, payload)  # type: ignore[arg-type]
             if isinstance(msg, AnnouncementPointer):
                 payload = await self._pull(msg.pointer)
-                msg = postcard.decode(Announcement, payload)
+                msg = postcard.decode(SignedAnnouncement, payload)
+            if not isinstance(msg, SignedAnnouncement):
+                return
+            msg = verify(msg)
         except Exception as exc:
             log.info("dropped an announcement: %s", exc)
             return
-        if not isinstance(msg, Announcement) or msg.node == self.key:
+        if msg.node == self.key:
             return
         info = NodeInfo(key=msg.node, kafka_node_id=msg.kafka_node_id, roles=msg.roles,
                         mesh_addr=msg.mesh_addr, kafka_addr=msg.kafka_addr, rack=msg.rack,
