@@ -24,7 +24,7 @@ def test_rendezvous_is_stable_and_moves_only_a_leaving_nodes_names() -> None:
     assert rendezvous("x", []) is None
 
 
-def test_routes_newest_version_wins_and_dead_nodes_drop_out() -> None:
+def test_routes_newest_version_wins_and_a_dead_nodes_topics_stay_unavailable() -> None:
     d = Directory(info(0, ("gateway",)))
     assert d.hello(info(1), 0) and d.hello(info(2), 0)
     assert d.routes_update(info(1).key, 5, {"a": 3}, frozenset({"g"}))
@@ -32,11 +32,14 @@ def test_routes_newest_version_wins_and_dead_nodes_drop_out() -> None:
     assert d.topic("a") == Route(1, 3) and d.topic("old") is None
     assert d.group_owner("g") == 1
     d.set_state(info(1).key, DEAD)
-    assert d.topic("a") is None
+    # still node 1's (never re-created elsewhere under the same name), without a leader
+    assert d.topic("a") == Route(1, 3, available=False)
     assert d.broker_nodes() == [2]
-    assert d.group_owner("g") == 2  # nobody alive announces it: rendezvous over brokers
+    assert d.group_owner("g") == 1  # its offsets are there: it waits for node 1
+    assert d.group_owner("new-group") == 2  # a new one goes to a live broker
     d.set_state(info(1).key, ALIVE)
     assert d.broker_nodes() == [1, 2]
+    assert d.topic("a") == Route(1, 3)
 
 
 def test_a_topic_on_two_nodes_routes_to_the_lower_id() -> None:
@@ -55,7 +58,7 @@ def test_noted_topic_routes_until_the_owner_announces_it() -> None:
     assert d.topic("new") == Route(1, 6)
     d.routes_update(info(1).key, 1, {"new": 6}, frozenset())
     assert d.topic("new") == Route(1, 6)
-    d.set_state(info(1).key, DEAD)
+    d.routes_update(info(1).key, 2, {}, frozenset())  # deleted on its node
     assert d.topic("new") is None  # no stale note kept once the owner spoke
 
 

@@ -145,6 +145,11 @@ def _topic_entry(gw: Gateway, mod: Any, name: str, route: TopicRoute) -> Any:
             build(mod.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=p,
                   leader_id=me, leader_epoch=0, replica_nodes=(me,), isr_nodes=(me,),
                   offline_replicas=())
+            if route.available else
+            # the owning node is down: no leader until it is back (clients wait and retry)
+            build(mod.MetadataResponsePartition, error_code=ErrorCode.leader_not_available,
+                  partition_index=p, leader_id=-1, leader_epoch=0, replica_nodes=(me,),
+                  isr_nodes=(), offline_replicas=(me,))
             for p in range(route.partitions)),
     )
 

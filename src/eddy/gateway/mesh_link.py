@@ -48,10 +48,10 @@ class DirectoryRoutes:
 
     def topic(self, name: str) -> TopicRoute | None:
         r = self.directory.topic(name)
-        return None if r is None else TopicRoute(r.node_id, r.partitions)
+        return None if r is None else TopicRoute(r.node_id, r.partitions, r.available)
 
     def topics(self) -> dict[str, TopicRoute]:
-        return {n: TopicRoute(r.node_id, r.partitions)
+        return {n: TopicRoute(r.node_id, r.partitions, r.available)
                 for n, r in self.directory.topics().items()}
 
     def group_owner(self, group_id: str) -> int | None:

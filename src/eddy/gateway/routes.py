@@ -20,6 +20,8 @@ class TopicRoute:
 
     node_id: int
     partitions: int
+    #: False while the owning node is dead: listed, with no leader, never created again
+    available: bool = True
 
 
 class Routes(Protocol):

@@ -46,10 +46,13 @@ class Member:
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """Where a topic lives before replication: every partition on one node."""
+    """Where a topic lives before replication: every partition on one node. A topic of a
+    dead node stays where it is, unavailable (as Kafka lists a topic whose leader is down),
+    and is never made again elsewhere under the same name."""
 
     node_id: int
     partitions: int
+    available: bool = True
 
 
 def rendezvous(name: str, nodes: list[int]) -> int | None:
@@ -142,14 +145,17 @@ class Directory:
         return sorted(m.info.kafka_node_id for m in self.alive() if "broker" in m.info.roles)
 
     def topics(self) -> dict[str, Route]:
-        """Every topic a live broker announces. A name announced by two nodes (created on
-        each directly) routes to the lower node id, deterministically on every gateway."""
+        """Every topic a broker announced, on live nodes and dead ones. A name announced by
+        two nodes (created on each directly) routes to the lower node id, deterministically
+        on every gateway whatever it thinks of their liveness."""
         out: dict[str, Route] = dict(self._noted)
-        for m in sorted(self.alive(), key=lambda m: m.info.kafka_node_id, reverse=True):
+        for m in sorted(self.members.values(), key=lambda m: m.info.kafka_node_id,
+                        reverse=True):
             if "broker" not in m.info.roles:
                 continue
+            available = m.state != DEAD
             for name, partitions in m.topics.items():
-                out[name] = Route(m.info.kafka_node_id, partitions)
+                out[name] = Route(m.info.kafka_node_id, partitions, available)
         return out
 
     def topic(self, name: str) -> Route | None:
@@ -159,8 +165,9 @@ class Directory:
         self._noted[name] = route
 
     def group_owner(self, group_id: str) -> int | None:
-        """The node that announces the group, else the rendezvous choice among brokers."""
-        owners = sorted(m.info.kafka_node_id for m in self.alive()
+        """The node that announces the group (alive or not: a group stays with its offsets
+        on its node), else the rendezvous choice among live brokers."""
+        owners = sorted(m.info.kafka_node_id for m in self.members.values()
                         if "broker" in m.info.roles and group_id in m.groups)
         if owners:
             return owners[0]
