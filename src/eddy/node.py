@@ -80,6 +80,11 @@ async def start_node(config: BrokerConfig, clock: Clock) -> Node:
         else:
             mesh.rpc.handle(TAG_KAFKA_OP, KafkaOpServer(None).handle)
         await mesh.start()
+        # DescribeConfigs then tells tools (`eddy cluster status`) where the mesh is
+        config = config.model_copy(update={"mesh_advertised": mesh.mesh_addr})
+        for holder in (broker, gateway):
+            if holder is not None:
+                holder.config = config
     if broker is not None:
         broker.start_maintenance()
     return Node(config, broker, server, mesh, gateway)

@@ -4,6 +4,10 @@ key is not allowed is refused by all."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import EddyProcess
@@ -55,6 +59,16 @@ def test_five_nodes_join_detect_a_kill_and_refuse_an_unlisted_key(tmp_path: Path
         assert by_key[keys[4]]["kafka"] == nodes[4].bootstrap
         assert by_key[keys[4]]["roles"] == ["broker"]
         assert status["active_view"], "gossip keeps an active view"
+        # plain `eddy cluster status -b` finds the mesh through the node's broker configs
+        out = subprocess.run(
+            [sys.executable, "-m", "eddy", "cluster", "status", "-b", nodes[5].bootstrap,
+             "--output", "json"], capture_output=True, text=True, timeout=60,
+            env={**os.environ, **OPERATOR})
+        assert out.returncode == 0, out.stderr
+        both = json.loads(out.stdout)
+        assert both["brokers"] == [{"id": 5, "host": "127.0.0.1", "port": nodes[5].port}]
+        assert {n["node_key"]: n["state"] for n in both["nodes"]} == dict.fromkeys(
+            keys.values(), "alive")
 
         nodes[3].kill()
         others = [n for i, n in nodes.items() if i != 3]

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
 
 from eddy.cli.common import (
+    REQUEST_TIMEOUT_S,
     BootstrapOpt,
     ClientConfigOpt,
     CliError,
@@ -55,52 +57,79 @@ def status(
     client_config: ClientConfigOpt = None,
     mesh: MeshOpt = None,
 ) -> None:
-    """Cluster id, controller, brokers, topic and partition counts; with --mesh, every node
-    that node knows on the mesh and its state (alive, suspect, dead)."""
+    """Cluster id, controller, brokers, topic and partition counts; and, when the node runs
+    the mesh (or --mesh names one), every node it knows and its state (alive, suspect,
+    dead)."""
     out = resolve_output(output)
+    info: dict[str, Any] = {}
+    if not mesh:
+        conn = Conn.make(bootstrap, client_config)
+        md = conn.metadata()
+        info = _kafka_info(md)
+        mesh = _advertised_mesh(conn, md)
     if mesh:
-        _mesh_status(mesh, out)
+        info.update(_mesh_info(mesh))
+    if out is Output.json:
+        print_json(info)
         return
-    conn = Conn.make(bootstrap, client_config)
-    md = conn.metadata()
+    console = stdout_console() if out is Output.table else None
+    if "cluster_id" in info:
+        brokers = info["brokers"]
+        fields = [
+            ("cluster id", info["cluster_id"]),
+            ("controller", info["controller"]),
+            ("brokers", len(brokers)),
+            ("topics", f"{info['topics']} (+{info['internal_topics']} internal)"),
+            ("partitions", info["partitions"]),
+            ("under-replicated", info["under_replicated_partitions"]),
+            ("offline", info["offline_partitions"]),
+        ]
+        render_fields(out, fields, console=console)
+        if out is Output.plain:
+            for b in brokers:
+                typer.echo(f"broker: {b['id']} {b['host']}:{b['port']}")
+        else:
+            render_table(out, ["BROKER", "HOST", "PORT", "CONTROLLER"],
+                         [[b["id"], b["host"], b["port"], b["id"] == info["controller"]]
+                          for b in brokers], title="Brokers", console=console)
+    if "nodes" in info:
+        _render_nodes(info, out, console)
+
+
+def _kafka_info(md: Any) -> dict[str, Any]:
     brokers = [{"id": b.id, "host": b.host, "port": b.port}
                for b in sorted(md.brokers.values(), key=lambda b: b.id)]
     internal = [t for t in md.topics if is_internal(t)]
     partitions = [p for t in md.topics.values() for p in t.partitions.values()]
-    under = sum(1 for p in partitions if len(p.isrs) < len(p.replicas))
-    offline = sum(1 for p in partitions if p.leader < 0)
-    info: dict[str, Any] = {
+    return {
         "cluster_id": md.cluster_id,
         "controller": md.controller_id if md.controller_id >= 0 else None,
         "brokers": brokers,
         "topics": len(md.topics) - len(internal),
         "internal_topics": len(internal),
         "partitions": len(partitions),
-        "under_replicated_partitions": under,
-        "offline_partitions": offline,
+        "under_replicated_partitions": sum(1 for p in partitions
+                                           if len(p.isrs) < len(p.replicas)),
+        "offline_partitions": sum(1 for p in partitions if p.leader < 0),
     }
-    if out is Output.json:
-        print_json(info)
-        return
-    fields = [
-        ("cluster id", info["cluster_id"]),
-        ("controller", info["controller"]),
-        ("brokers", len(brokers)),
-        ("topics", f"{info['topics']} (+{len(internal)} internal)"),
-        ("partitions", len(partitions)),
-        ("under-replicated", under),
-        ("offline", offline),
-    ]
-    if out is Output.plain:
-        render_fields(out, fields)
-        for b in brokers:
-            typer.echo(f"broker: {b['id']} {b['host']}:{b['port']}")
-        return
-    console = stdout_console()
-    render_fields(out, fields, console=console)
-    render_table(out, ["BROKER", "HOST", "PORT", "CONTROLLER"],
-                 [[b["id"], b["host"], b["port"], b["id"] == info["controller"]]
-                  for b in brokers], title="Brokers", console=console)
+
+
+def _advertised_mesh(conn: Conn, md: Any) -> str | None:
+    """The mesh address the bootstrap node reports in its broker configs, if it runs one."""
+    host, port = parse_host_port(conn.bootstrap.split(",")[0], "--bootstrap")
+    ids = [b.id for b in md.brokers.values() if (b.host, b.port) == (host, port)]
+    broker_id = ids[0] if ids else next(iter(md.brokers), None)
+    if broker_id is None:
+        return None
+    res = ConfigResource(ResourceType.BROKER, str(broker_id))
+    try:
+        fut = conn.admin().describe_configs([res], request_timeout=REQUEST_TIMEOUT_S)[res]
+        entries = fut.result(timeout=REQUEST_TIMEOUT_S)
+    except Exception:  # an older node or one that does not serve broker configs: no mesh
+        return None
+    entry = entries.get("mesh.advertised.listener")
+    value = getattr(entry, "value", None)
+    return str(value) if value else None
 
 
 def _mesh_addr(mesh: str) -> tuple[str, int]:
@@ -134,30 +163,30 @@ def _node_json(n: Any) -> dict[str, Any]:
             "topics": n.topics, "groups": n.groups}
 
 
-def _mesh_status(mesh: str, out: Output) -> None:
+def _mesh_info(mesh: str) -> dict[str, Any]:
     answer = _ask(mesh, StatusRequest(), float(os.environ.get("EDDY_MESH_TIMEOUT", "10")))
     if not isinstance(answer, StatusResponse):
         raise CliError(f"mesh node at {mesh} answered a status request with {answer!r}")
-    nodes = [_node_json(n) for n in answer.nodes]
-    info = {"local": answer.local.hex(), "nodes": nodes,
+    return {"local": answer.local.hex(), "nodes": [_node_json(n) for n in answer.nodes],
             "active_view": [k.hex() for k in answer.active_view],
             "passive_view": [k.hex() for k in answer.passive_view],
             "frames_in": {f"{t:#04x}": c for t, c in answer.frames_in},
             "frames_out": {f"{t:#04x}": c for t, c in answer.frames_out},
             "bytes_in": answer.bytes_in, "bytes_out": answer.bytes_out}
-    if out is Output.json:
-        print_json(info)
-        return
+
+
+def _render_nodes(info: dict[str, Any], out: Output, console: Any) -> None:
+    nodes = info["nodes"]
     rows = [[n["node_id"], n["node_key_base32"][:10], ",".join(n["roles"]), n["kafka"],
              n["mesh"], n["rack"] or "", n["state"],
              "" if n["rtt_ms"] is None else f"{n['rtt_ms']:.2f}"] for n in nodes]
-    headers = ["NODE", "KEY", "ROLES", "KAFKA", "MESH", "RACK", "STATE", "RTT MS"]
     if out is Output.plain:
         for r in rows:
-            typer.echo("\t".join(str(c) for c in r))
+            typer.echo("node: " + "\t".join(str(c) for c in r))
         return
-    render_table(out, headers, rows, title=f"Mesh as {to_base32(answer.local)[:10]} sees it",
-                 console=stdout_console())
+    headers = ["NODE", "KEY", "ROLES", "KAFKA", "MESH", "RACK", "STATE", "RTT MS"]
+    local = to_base32(bytes.fromhex(info["local"]))[:10]
+    render_table(out, headers, rows, title=f"Mesh nodes as {local} sees them", console=console)
 
 
 @cluster_app.command("ping")
