@@ -23,6 +23,7 @@ mesh modules instrumented for coverage.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
@@ -32,8 +33,19 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from eddy.gateway.ops import OPS
 from eddy.mesh import postcard
+from eddy.mesh.announce import (
+    Announcement,
+    BadAnnouncement,
+    GossipPayload,
+    SignedAnnouncement,
+)
+from eddy.mesh.announce import verify as verify_announcement
+from eddy.mesh.control import ControlRequest, ControlResponse, PingRequest, StatusRequest
 from eddy.mesh.frames import (
+    TAG_CONTROL_RPC,
+    TAG_GOSSIP,
     TAG_KAFKA_OP,
     TAG_PING,
     TAG_POINTER_PULL,
@@ -52,11 +64,19 @@ from eddy.mesh.frames import (
     encode_frame,
     parse_frame,
 )
+from eddy.mesh.gossip_messages import GossipMessage, GossipMessageError, Join, PeerRef
+from eddy.mesh.gossip_messages import Ping as GossipPing
+from eddy.mesh.gossip_messages import validate as validate_gossip
 from eddy.mesh.postcard import PostcardError
 
 MAX_PAYLOAD = 1 << 16
-MESSAGES: list[Any] = [Hello, Pong, PingFrame, KafkaOpRequest, KafkaOpResponse, Pointer,
-                       PullResponse]
+MESSAGES: list[Any] = [
+    Hello, Pong, PingFrame, KafkaOpRequest, KafkaOpResponse, Pointer, PullResponse,
+    # gossip, announcements, operator control RPCs and every KafkaOp struct ride frames too
+    GossipMessage, GossipPayload, Announcement, SignedAnnouncement, ControlRequest,
+    ControlResponse,
+    *sorted({cls for pair in OPS.values() for cls in pair}, key=lambda c: c.__name__),
+]
 DOCUMENTED = (FrameError, PostcardError)
 
 
@@ -72,6 +92,13 @@ def _decode(tp: Any, data: bytes) -> None:
     again = postcard.encode_value(tp, value)
     if again != data:
         raise NotCanonical(f"{tp!r}: {data.hex()} decoded, re-encodes as {again.hex()}")
+    # what the receivers run next on a decoded value: its own checks, documented errors only
+    if tp is GossipMessage:
+        with contextlib.suppress(GossipMessageError):
+            validate_gossip(value)
+    elif isinstance(value, SignedAnnouncement):
+        with contextlib.suppress(BadAnnouncement):
+            verify_announcement(value)
 
 
 def check_input(data: bytes) -> None:
@@ -119,6 +146,12 @@ def seed_messages() -> list[tuple[int, Any]]:
         (TAG_POINTER_PULL, Pointer(node, 4000, node[::-1])),
         (TAG_POINTER_PULL, PullResponse(node, b"x" * 50)),
         (TAG_POINTER_PULL, PullResponse(node, None)),
+        (TAG_GOSSIP, Join("127.0.0.1:7946")),
+        (TAG_GOSSIP, GossipPing(3, "127.0.0.1:7946", True)),
+        (TAG_GOSSIP, SignedAnnouncement(b"\x00" * 10, bytes(64))),
+        (TAG_CONTROL_RPC, StatusRequest()),
+        (TAG_CONTROL_RPC, PingRequest("2", 3, 100)),
+        (TAG_GOSSIP, PeerRef(node, "10.0.0.1:7946")),
     ]
 
 
