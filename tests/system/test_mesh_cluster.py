@@ -59,6 +59,19 @@ def test_five_nodes_join_detect_a_kill_and_refuse_an_unlisted_key(tmp_path: Path
         assert by_key[keys[4]]["kafka"] == nodes[4].bootstrap
         assert by_key[keys[4]]["roles"] == ["broker"]
         assert status["active_view"], "gossip keeps an active view"
+        for target in ("4", to_base32(bytes.fromhex(keys[4]))):
+            ping = subprocess.run(
+                [sys.executable, "-m", "eddy", "cluster", "ping", target, "--mesh",
+                 nodes[1].mesh, "-c", "3", "--interval-ms", "10", "--output", "json"],
+                capture_output=True, text=True, timeout=60, env={**os.environ, **OPERATOR})
+            assert ping.returncode == 0, ping.stderr
+            answer = json.loads(ping.stdout)
+            assert answer["target"] == keys[4] and answer["error"] is None
+            assert len(answer["rtt_ms"]) == 3 and all(r > 0 for r in answer["rtt_ms"])
+        unknown = subprocess.run(
+            [sys.executable, "-m", "eddy", "cluster", "ping", "77", "--mesh", nodes[1].mesh],
+            capture_output=True, text=True, timeout=60, env={**os.environ, **OPERATOR})
+        assert unknown.returncode == 1 and "no node '77'" in unknown.stderr
         # plain `eddy cluster status -b` finds the mesh through the node's broker configs
         out = subprocess.run(
             [sys.executable, "-m", "eddy", "cluster", "status", "-b", nodes[5].bootstrap,
