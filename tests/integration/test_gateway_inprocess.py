@@ -63,6 +63,9 @@ class BrokerRoutes:
     def note_topic(self, name: str, route: TopicRoute) -> None:
         self.noted[name] = route
 
+    def forget_topic(self, name: str) -> None:
+        self.noted.pop(name, None)  # the brokers' logs are the truth here
+
 
 class ExecutorForwarder:
     """Every op crosses postcard bytes both ways, as over the mesh."""

@@ -16,6 +16,7 @@ from eddy.broker.broker import Broker
 from eddy.broker.handlers import admin, fetch, groups, list_offsets, produce, producer_id
 from eddy.broker.sender import FileRange
 from eddy.gateway import ops
+from eddy.gateway.executor_admin import ADMIN_RUNNERS
 from eddy.groups.state import OffsetCommitEntry
 from eddy.mesh import postcard
 from eddy.observe.tracing import span
@@ -374,6 +375,7 @@ RUNNERS: dict[int, _Runner] = {
     ops.KAFKA_OP_INIT_PRODUCER_ID: _init_producer_id,
     ops.KAFKA_OP_LIST_GROUPS: _list_groups,
     ops.KAFKA_OP_DESCRIBE_GROUPS: _describe_groups,
+    **ADMIN_RUNNERS,  # topic, config, record and group administration (ops_admin)
 }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from eddy.gateway import handlers_admin as admin
 from eddy.gateway import handlers_data as data
 from eddy.gateway import handlers_groups as groups
+from eddy.gateway import handlers_manage as manage
 from eddy.gateway.node import GATEWAY_VERSIONS, Gateway
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request
@@ -34,6 +35,16 @@ GATEWAY_HANDLERS: dict[ApiKey, GatewayHandler] = {
     ApiKey.OFFSET_FETCH: groups.offset_fetch,
     ApiKey.LIST_GROUPS: groups.list_groups,
     ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
+    ApiKey.DELETE_TOPICS: manage.delete_topics,
+    ApiKey.CREATE_PARTITIONS: manage.create_partitions,
+    ApiKey.DESCRIBE_CONFIGS: manage.describe_configs,
+    ApiKey.ALTER_CONFIGS: manage.alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: manage.incremental_alter_configs,
+    ApiKey.DELETE_RECORDS: manage.delete_records,
+    ApiKey.DESCRIBE_CLUSTER: manage.describe_cluster,
+    ApiKey.DELETE_GROUPS: manage.delete_groups,
+    ApiKey.OFFSET_DELETE: manage.offset_delete,
+    ApiKey.DESCRIBE_LOG_DIRS: manage.describe_log_dirs,
 }
 
 assert set(GATEWAY_HANDLERS) == set(GATEWAY_VERSIONS), "every served API has a handler"

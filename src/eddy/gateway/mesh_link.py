@@ -63,6 +63,9 @@ class DirectoryRoutes:
     def note_topic(self, name: str, route: TopicRoute) -> None:
         self.directory.note_topic(name, Route(route.node_id, route.partitions))
 
+    def forget_topic(self, name: str) -> None:
+        self.directory.forget_topic(name)
+
 
 class MeshForwarder:
     """gateway.routes.Forwarder: an op to a node by Kafka node id, over the mesh (or

@@ -76,6 +76,11 @@ def _served() -> dict[ApiKey, VersionRange]:
         ApiKey.PRODUCE, ApiKey.LIST_OFFSETS, ApiKey.INIT_PRODUCER_ID,
         ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
         ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS,
+        # cluster management (handlers_manage)
+        ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_CONFIGS,
+        ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.DELETE_RECORDS,
+        ApiKey.DESCRIBE_CLUSTER, ApiKey.DELETE_GROUPS, ApiKey.OFFSET_DELETE,
+        ApiKey.DESCRIBE_LOG_DIRS,
     )}
     # Fetch v13+ names topics by id; the gateway knows names only (no metadata service yet)
     served[ApiKey.FETCH] = VersionRange(SUPPORTED[ApiKey.FETCH].min, 12)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eddy.gateway.ops_admin import ADMIN_OPS
 from eddy.mesh.postcard import I8, I16, I32, I64
 
-# ---- op constants (seed 003: 0x02, 0x06-0x0B; the rest in its free slots) ---------------
+# ---- op constants (seed 003: 0x02, 0x06-0x0B; the rest in its free slots; the admin ops'
+# 0x20-0x28 are in eddy.gateway.ops_admin) ------------------------------------------------
 
 KAFKA_OP_PRODUCE = 0x02
 KAFKA_OP_FETCH = 0x03
@@ -444,4 +446,5 @@ OPS: dict[int, tuple[type, type]] = {
     KAFKA_OP_INIT_PRODUCER_ID: (InitProducerIdOp, InitProducerIdOpResp),
     KAFKA_OP_LIST_GROUPS: (ListGroupsOp, ListGroupsOpResp),
     KAFKA_OP_DESCRIBE_GROUPS: (DescribeGroupsOp, DescribeGroupsOpResp),
+    **ADMIN_OPS,
 }

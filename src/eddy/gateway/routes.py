@@ -38,7 +38,13 @@ class Routes(Protocol):
         ...
 
     def note_topic(self, name: str, route: TopicRoute) -> None:
-        """A topic was created through this gateway (before gossip tells)."""
+        """A topic was created (or grew partitions) through this gateway, before gossip
+        tells."""
+        ...
+
+    def forget_topic(self, name: str) -> None:
+        """A topic was deleted through this gateway: stop routing it at once, though the
+        owner's last announcement still lists it."""
         ...
 
 

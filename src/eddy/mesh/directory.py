@@ -17,6 +17,8 @@ log = logging.getLogger(__name__)
 ALIVE, SUSPECT, DEAD = "alive", "suspect", "dead"
 #: nodes remembered at most (announcements of further ones are ignored until dead ones go)
 MAX_MEMBERS = 1024
+#: topics deleted through this node remembered at most (the oldest is forgotten first)
+MAX_DELETED = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,9 @@ class Directory:
         self.members: dict[bytes, Member] = {local.key: Member(local)}
         #: topics created through this node, known before the owner's update arrives
         self._noted: dict[str, Route] = {}
+        #: topics deleted through this node -> the node that held them: hidden until that
+        #: node announces a table without them (its older tables still list them)
+        self._deleted: dict[str, int] = {}
 
     # ---- membership ---------------------------------------------------------------------
 
@@ -139,6 +144,9 @@ class Directory:
         member.topics, member.groups, member.routes_version = topics, groups, version
         for name in topics:
             self._noted.pop(name, None)
+        node = member.info.kafka_node_id
+        for name in [n for n, o in self._deleted.items() if o == node and n not in topics]:
+            del self._deleted[name]
         return True
 
     def broker_nodes(self) -> list[int]:
@@ -155,7 +163,9 @@ class Directory:
                 continue
             available = m.state != DEAD
             for name, partitions in m.topics.items():
-                out[name] = Route(m.info.kafka_node_id, partitions, available)
+                if self._deleted.get(name) != m.info.kafka_node_id:
+                    out[name] = Route(m.info.kafka_node_id, partitions, available)
+        out.update(self._noted)  # newer than any announcement still holding the name
         return out
 
     def topic(self, name: str) -> Route | None:
@@ -163,6 +173,19 @@ class Directory:
 
     def note_topic(self, name: str, route: Route) -> None:
         self._noted[name] = route
+        self._deleted.pop(name, None)
+
+    def forget_topic(self, name: str) -> None:
+        """The topic was deleted through this node: not routed any more, even though its
+        node's last announcement lists it, until that node announces a table without it."""
+        route = self.topic(name)
+        self._noted.pop(name, None)
+        self._deleted.pop(name, None)
+        if route is None:
+            return
+        self._deleted[name] = route.node_id
+        while len(self._deleted) > MAX_DELETED:
+            del self._deleted[next(iter(self._deleted))]
 
     def group_owner(self, group_id: str) -> int | None:
         """The node that announces the group (alive or not: a group stays with its offsets

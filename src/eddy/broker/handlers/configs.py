@@ -21,7 +21,7 @@ TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 # ConfigType
-_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
+CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 # IncrementalAlterConfigs operations
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -51,9 +51,14 @@ def _topic_entries(broker: Broker, name: str) -> list[dict[str, Any]]:
 
 
 def _broker_entries(broker: Broker, name: str) -> list[dict[str, Any]]:
-    if name not in ("", str(broker.node_id)):
+    return broker_config_entries(broker.config, broker.node_id, name)
+
+
+def broker_config_entries(cfg: BrokerConfig, node_id: int, name: str) -> list[dict[str, Any]]:
+    """The BROKER resource `name` ("" or `node_id`) described from `cfg`: a broker's own
+    config, or a gateway's (which answers for itself as the only broker clients see)."""
+    if name not in ("", str(node_id)):
         raise KafkaError(ErrorCode.invalid_request, f"broker {name} is not this node")
-    cfg = broker.config
     entries = []
     for field, info in sorted(BrokerConfig.model_fields.items()):
         value = getattr(cfg, field)
@@ -96,7 +101,7 @@ async def describe_configs(broker: Broker, req: Request) -> Any:
                         build(mod.DescribeConfigsSynonym, name=n, value=v, source=s)
                         for n, v, s in e["synonyms"]
                     ) if include_synonyms else (),
-                    config_type=_TYPES.get(e["kind"], 0),
+                    config_type=CONFIG_TYPES.get(e["kind"], 0),
                     documentation=e["doc"] if include_docs else None,
                 ))
         except KafkaError as exc:
@@ -116,8 +121,9 @@ def _alter_topic(broker: Broker, name: str, new: dict[str, str], validate_only: 
         broker.logs.alter_topic_configs(name, clean)
 
 
-def _refuse_broker(broker: Broker, name: str) -> None:
-    if name not in ("", str(broker.node_id)):
+def refuse_broker_alter(node_id: int, name: str) -> None:
+    """Altering the BROKER resource `name`: always refused (static configs)."""
+    if name not in ("", str(node_id)):
         raise KafkaError(ErrorCode.invalid_request, f"broker {name} is not this node")
     raise KafkaError(ErrorCode.invalid_request,
                      "broker configs are static in Eddy: set them in the config file, "
@@ -138,7 +144,7 @@ def _alter_each(broker: Broker, resources: Any, mod: Any,
                                      f"Topic '{r.resource_name}' does not exist.")
                 _alter_topic(broker, r.resource_name, topic_overrides(r), validate_only)
             elif r.resource_type == BROKER:
-                _refuse_broker(broker, r.resource_name)
+                refuse_broker_alter(broker.node_id, r.resource_name)
             else:
                 raise KafkaError(ErrorCode.invalid_request,
                                  f"unsupported resource type {r.resource_type}")

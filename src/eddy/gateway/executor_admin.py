@@ -1,0 +1,188 @@
+"""The owner's side of the admin KafkaOps (eddy.gateway.ops_admin): each op becomes the Kafka
+request a direct client would send, run through the broker's own handler (admin.py,
+configs.py, log_admin.py, groups.py) at the newest version it serves, and the answer is
+converted to the op's response struct."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from eddy.broker.broker import Broker
+from eddy.broker.handlers import admin, configs, groups, log_admin
+from eddy.gateway import ops_admin as oa
+from eddy.protocol.apis import SUPPORTED, ApiKey
+from eddy.protocol.codec import Request, build, request_module
+
+
+def _td(ms: int) -> datetime.timedelta:
+    return datetime.timedelta(milliseconds=ms)
+
+
+def _newest(key: ApiKey) -> tuple[int, Any]:
+    """The newest version served and its kio request module."""
+    v = SUPPORTED[key].max
+    return v, request_module(key, v)
+
+
+def _request(key: ApiKey, version: int, body: Any) -> Request:
+    return Request(key, version, 0, None, body, "")
+
+
+def _by_topic(items: tuple[tuple[str, int], ...]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for name, partition in items:
+        out.setdefault(name, []).append(partition)
+    return out
+
+
+async def delete_topics(broker: Broker, op: oa.DeleteTopicsOp) -> oa.DeleteTopicsOpResp:
+    v, mod = _newest(ApiKey.DELETE_TOPICS)
+    body = build(mod.DeleteTopicsRequest, timeout=_td(op.timeout_ms), topic_names=op.names,
+                 topics=tuple(build(mod.DeleteTopicState, name=n, topic_id=None)
+                              for n in op.names))
+    r = await admin.delete_topics(broker, _request(ApiKey.DELETE_TOPICS, v, body))
+    return oa.DeleteTopicsOpResp(tuple(
+        oa.DeletedTopic(t.name or "", int(t.error_code), getattr(t, "error_message", None),
+                        t.topic_id.bytes if getattr(t, "topic_id", None) else bytes(16))
+        for t in r.responses))
+
+
+async def create_partitions(broker: Broker, op: oa.CreatePartitionsOp
+                            ) -> oa.CreatePartitionsOpResp:
+    v, mod = _newest(ApiKey.CREATE_PARTITIONS)
+    me = (broker.node_id,)
+    body = build(
+        mod.CreatePartitionsRequest, timeout=_td(op.timeout_ms), validate_only=op.validate_only,
+        topics=tuple(
+            build(mod.CreatePartitionsTopic, name=t.name, count=t.count,
+                  assignments=None if t.assignments < 0 else tuple(
+                      build(mod.CreatePartitionsAssignment, broker_ids=me)
+                      # a peer's count is not trusted: one more than any request may add
+                      # is enough for the handler to refuse a wrong one
+                      for _ in range(min(t.assignments, admin.MAX_PARTITIONS_PER_REQUEST + 1))))
+            for t in op.topics))
+    r = await admin.create_partitions(broker, _request(ApiKey.CREATE_PARTITIONS, v, body))
+    return oa.CreatePartitionsOpResp(tuple(
+        oa.TopicError(t.name, int(t.error_code), t.error_message) for t in r.results))
+
+
+async def describe_configs(broker: Broker, op: oa.DescribeConfigsOp
+                           ) -> oa.DescribeConfigsOpResp:
+    v, mod = _newest(ApiKey.DESCRIBE_CONFIGS)
+    body = build(mod.DescribeConfigsRequest, include_synonyms=op.include_synonyms,
+                 include_documentation=op.include_documentation,
+                 resources=tuple(build(mod.DescribeConfigsResource,
+                                       resource_type=r.resource_type, resource_name=r.name,
+                                       configuration_keys=r.keys)
+                                 for r in op.resources))
+    resp = await configs.describe_configs(broker, _request(ApiKey.DESCRIBE_CONFIGS, v, body))
+    return oa.DescribeConfigsOpResp(tuple(
+        oa.DescribedResource(
+            int(r.resource_type), r.resource_name, int(r.error_code), r.error_message,
+            tuple(oa.DescribedConfig(
+                c.name, c.value, c.read_only, int(c.config_source), c.is_sensitive,
+                tuple(oa.ConfigSynonym(s.name, s.value, int(s.source)) for s in c.synonyms),
+                int(c.config_type), c.documentation)
+                for c in r.configs))
+        for r in resp.results))
+
+
+def _altered(resp: Any) -> oa.AlterConfigsOpResp:
+    return oa.AlterConfigsOpResp(tuple(
+        oa.AlteredResource(int(r.resource_type), r.resource_name, int(r.error_code),
+                           r.error_message)
+        for r in resp.responses))
+
+
+async def alter_configs(broker: Broker, op: oa.AlterConfigsOp) -> oa.AlterConfigsOpResp:
+    v, mod = _newest(ApiKey.ALTER_CONFIGS)
+    body = build(mod.AlterConfigsRequest, validate_only=op.validate_only, resources=tuple(
+        build(mod.AlterConfigsResource, resource_type=r.resource_type, resource_name=r.name,
+              configs=tuple(build(mod.AlterableConfig, name=n, value=val)
+                            for n, val in r.configs))
+        for r in op.resources))
+    return _altered(await configs.alter_configs(broker, _request(ApiKey.ALTER_CONFIGS, v,
+                                                                 body)))
+
+
+async def incremental_alter_configs(broker: Broker, op: oa.IncrementalAlterConfigsOp
+                                    ) -> oa.AlterConfigsOpResp:
+    v, mod = _newest(ApiKey.INCREMENTAL_ALTER_CONFIGS)
+    body = build(mod.IncrementalAlterConfigsRequest, validate_only=op.validate_only,
+                 resources=tuple(
+                     build(mod.AlterConfigsResource, resource_type=r.resource_type,
+                           resource_name=r.name,
+                           configs=tuple(build(mod.AlterableConfig, name=c.name,
+                                               config_operation=c.operation, value=c.value)
+                                         for c in r.configs))
+                     for r in op.resources))
+    resp = await configs.incremental_alter_configs(
+        broker, _request(ApiKey.INCREMENTAL_ALTER_CONFIGS, v, body))
+    return _altered(resp)
+
+
+async def delete_records(broker: Broker, op: oa.DeleteRecordsOp) -> oa.DeleteRecordsOpResp:
+    v, mod = _newest(ApiKey.DELETE_RECORDS)
+    body = build(mod.DeleteRecordsRequest, timeout=_td(op.timeout_ms), topics=tuple(
+        build(mod.DeleteRecordsTopic, name=t.name, partitions=tuple(
+            build(mod.DeleteRecordsPartition, partition_index=p, offset=o)
+            for p, o in t.partitions))
+        for t in op.topics))
+    r = await log_admin.delete_records(broker, _request(ApiKey.DELETE_RECORDS, v, body))
+    return oa.DeleteRecordsOpResp(tuple(
+        oa.DeleteRecordsTopicResp(t.name, tuple(
+            (p.partition_index, p.low_watermark, int(p.error_code)) for p in t.partitions))
+        for t in r.topics))
+
+
+async def delete_groups(broker: Broker, op: oa.DeleteGroupsOp) -> oa.DeleteGroupsOpResp:
+    v, mod = _newest(ApiKey.DELETE_GROUPS)
+    body = build(mod.DeleteGroupsRequest, groups_names=op.groups)
+    r = await groups.delete_groups(broker, _request(ApiKey.DELETE_GROUPS, v, body))
+    return oa.DeleteGroupsOpResp(tuple((g.group_id, int(g.error_code)) for g in r.results))
+
+
+async def offset_delete(broker: Broker, op: oa.OffsetDeleteOp) -> oa.OffsetDeleteOpResp:
+    v, mod = _newest(ApiKey.OFFSET_DELETE)
+    body = build(mod.OffsetDeleteRequest, group_id=op.group_id, topics=tuple(
+        build(mod.OffsetDeleteRequestTopic, name=n, partitions=tuple(
+            build(mod.OffsetDeleteRequestPartition, partition_index=p) for p in ps))
+        for n, ps in _by_topic(op.partitions).items()))
+    r = await groups.offset_delete(broker, _request(ApiKey.OFFSET_DELETE, v, body))
+    return oa.OffsetDeleteOpResp(int(r.error_code), tuple(
+        (t.name, p.partition_index, int(p.error_code)) for t in r.topics for p in t.partitions))
+
+
+async def describe_log_dirs(broker: Broker, op: oa.DescribeLogDirsOp
+                            ) -> oa.DescribeLogDirsOpResp:
+    v, mod = _newest(ApiKey.DESCRIBE_LOG_DIRS)
+    body = build(mod.DescribeLogDirsRequest, topics=None if op.topics is None else tuple(
+        build(mod.DescribableLogDirTopic, topic=t.name, partitions=t.partitions)
+        for t in op.topics))
+    r = await log_admin.describe_log_dirs(broker, _request(ApiKey.DESCRIBE_LOG_DIRS, v, body))
+    return oa.DescribeLogDirsOpResp(int(getattr(r, "error_code", 0)), tuple(
+        oa.LogDir(int(d.error_code), d.log_dir, tuple(
+            oa.LogDirTopic(t.name, tuple(
+                oa.LogDirPartition(p.partition_index, p.partition_size, p.offset_lag,
+                                   p.is_future_key)
+                for p in t.partitions))
+            for t in d.topics), getattr(d, "total_bytes", -1), getattr(d, "usable_bytes", -1))
+        for d in r.results))
+
+
+_Runner = Callable[[Broker, Any], Awaitable[Any]]
+
+#: the runner of every admin op (merged into eddy.gateway.executor.RUNNERS)
+ADMIN_RUNNERS: dict[int, _Runner] = {
+    oa.KAFKA_OP_DELETE_TOPICS: delete_topics,
+    oa.KAFKA_OP_CREATE_PARTITIONS: create_partitions,
+    oa.KAFKA_OP_DESCRIBE_CONFIGS: describe_configs,
+    oa.KAFKA_OP_ALTER_CONFIGS: alter_configs,
+    oa.KAFKA_OP_INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs,
+    oa.KAFKA_OP_DELETE_RECORDS: delete_records,
+    oa.KAFKA_OP_DELETE_GROUPS: delete_groups,
+    oa.KAFKA_OP_OFFSET_DELETE: offset_delete,
+    oa.KAFKA_OP_DESCRIBE_LOG_DIRS: describe_log_dirs,
+}
