@@ -1,0 +1,1 @@
+"""The cluster: Raft (sans-IO core, storage, driver), the controller, placement."""
