@@ -116,6 +116,7 @@ class MeshService:
         self._nonces = itertools.count(1)
         self.control = ControlServer(self)
         self.mdns: MdnsDiscovery | None = None
+        self._one_way: dict[int, Callable[[bytes, Frame], None]] = {}
 
     def set_kafka_address(self, addr: tuple[str, int]) -> None:
         """The Kafka address clients are told (known once the listener is bound)."""
@@ -208,9 +209,25 @@ class MeshService:
 
     # ---- gossip in and out ---------------------------------------------------------------
 
+    def on_one_way(self, tag: int, handler: Callable[[bytes, Frame], None]) -> None:
+        """Route one-way frames (uni streams) under ``tag`` to ``handler(peer, frame)``
+        (gossip's tag is the service's own)."""
+        if tag == TAG_GOSSIP:
+            raise ValueError("the gossip tag is handled by the mesh service")
+        self._one_way[tag] = handler
+
     def _on_message(self, peer: bytes, data: bytes) -> None:
         frame = self.rpc.on_message(peer, data)
-        if frame is None or self.gossip is None:
+        if frame is None:
+            return
+        handler = self._one_way.get(frame.tag)
+        if handler is not None:
+            try:
+                handler(peer, frame)
+            except Exception:  # one bad message must not stop the mesh
+                log.exception("one-way handler for tag %#04x failed", frame.tag)
+            return
+        if self.gossip is None:
             return
         if frame.tag != TAG_GOSSIP:
             self.rpc.note_unsupported(peer, frame.tag)
