@@ -13,6 +13,7 @@ RUNS = {
     "mesh_rpc": (["--seconds", "0.3"], "1 mib requests, 4 in flight"),
     "raft_sim": (["--seeds", "3", "--nodes", "3"], "failures"),
     "raft_storage": (["--smoke"], "recovery"),
+    "placement": (["--smoke"], "max/min"),
     "raft_cluster": (["--seconds", "0.3", "--elections", "1"], "election after leader kill"),
 }
 
