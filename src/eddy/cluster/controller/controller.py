@@ -1,0 +1,288 @@
+"""``Controller``: seed 004's BrokerController, run on the ``metadata`` group's leader.
+
+Sans-IO and pure: no clock (every call takes ``now_ms``), no I/O, no randomness of its own
+(topic ids come from an injected source). It never changes the state: it returns commands,
+which the driver proposes through Raft, and their application changes the state it reads.
+
+Driving it: ``start(now_ms)`` when this node becomes the metadata leader (``on_soft_state``),
+``stop()`` when it stops being it; ``tick(now_ms)`` at least every heartbeat interval (or at
+``next_wakeup()``); broker heartbeats into ``on_heartbeat``; admin requests into
+``create_topic``/``create_partitions``/``delete_topic``/``allocate_producer_ids``. Propose
+the commands in the order given (a fence goes before the elections that depend on it).
+
+A command is not produced again while the same one is in flight (``command_retry_ms``),
+unless the state moved on; a command dropped by Raft is produced again by the periodic
+partition reconcile.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from eddy.cluster.controller import leaders
+from eddy.cluster.controller.config import ControllerConfig, ControllerError
+from eddy.cluster.controller.registry import BrokerSessions
+from eddy.cluster.controller.tasks import StorageGc, TaskSchedule
+from eddy.cluster.controller.topics import (
+    plan_create_partitions,
+    plan_create_topic,
+    plan_delete_topic,
+)
+from eddy.cluster.metadata.brokers import MAX_PRODUCER_ID_BLOCK
+from eddy.cluster.metadata.commands import (
+    AllocateProducerIds,
+    ChangePartitionLeader,
+    CreatePartitions,
+    CreateTopic,
+    DeleteTopic,
+    FenceBroker,
+    MetadataCommand,
+    UnfenceBroker,
+)
+from eddy.cluster.metadata.state import MetadataState
+from eddy.cluster.placement import HashRing
+from eddy.protocol.errors import ErrorCode
+
+__all__ = ["Controller", "TaskHook"]
+
+#: a task's hook: given ``now_ms``, the commands to propose (often none)
+TaskHook = Callable[[int], Sequence[MetadataCommand]]
+
+PARTITION_RECONCILE = "partition-reconcile"
+LEADER_REBALANCE = "leader-rebalance"
+STORAGE_GC = "storage-gc"
+OFFSET_EXPIRY = "offset-expiry"
+PIPELINE_SCHEDULE = "pipeline-schedule"
+#: the most hook failures remembered
+MAX_FAILURES = 64
+UNCLEAN = "unclean.leader.election.enable"
+
+
+def _random_topic_id() -> bytes:
+    return os.urandom(16)
+
+
+class Controller:
+    def __init__(self, state: MetadataState, config: ControllerConfig, ring: HashRing,
+                 id_source: Callable[[], bytes] = _random_topic_id) -> None:
+        self.state = state
+        self.config = config
+        self.ring = ring
+        self.sessions = BrokerSessions(config.session_timeout_ms)
+        self.schedule = TaskSchedule()
+        self.gc = StorageGc(config.storage_gc_grace_ms)
+        self.failures: deque[tuple[str, str]] = deque(maxlen=MAX_FAILURES)
+        self._id_source = id_source
+        self._hooks: dict[str, list[TaskHook]] = {}
+        self._gc_orders: dict[int, list[bytes]] = {}
+        self._pending: dict[tuple[object, ...], int] = {}
+        self._last_live: frozenset[int] | None = None
+        self.active = False
+        builtin = [
+            (PARTITION_RECONCILE, config.partition_reconcile_interval_ms),
+            (STORAGE_GC, config.storage_gc_interval_ms),
+            (OFFSET_EXPIRY, config.offsets_retention_check_interval_ms),
+            (PIPELINE_SCHEDULE, config.pipeline_schedule_interval_ms),
+        ]
+        if config.auto_leader_rebalance:
+            builtin.append((LEADER_REBALANCE, config.leader_imbalance_check_interval_ms))
+        for name, interval in builtin:
+            self.schedule.add(name, interval, 0)
+
+    # -- leadership of the metadata group ----------------------------------------------------
+    def start(self, now_ms: int, suspects: Iterable[int] = ()) -> None:
+        """This node became the metadata leader. Every broker gets a fresh session (a grace
+        of one session timeout), ``suspects`` (the previous leader) a short one."""
+        self.sessions.start(self.state, now_ms, suspects, self.config.suspect_grace_ms)
+        self.schedule.restart(now_ms)
+        self._pending.clear()
+        self._gc_orders.clear()
+        self._last_live = None
+        self.active = True
+
+    def stop(self) -> None:
+        """This node is no longer the metadata leader."""
+        self.active = False
+        self._pending.clear()
+        self._gc_orders.clear()
+
+    def _require_active(self) -> None:
+        if not self.active:
+            raise ControllerError(ErrorCode.not_controller, "this node is not the controller")
+
+    # -- broker sessions ---------------------------------------------------------------------
+    def on_heartbeat(self, node_id: int, epoch: int, now_ms: int) -> list[MetadataCommand]:
+        """A broker's heartbeat: renews its session; a fenced broker is unfenced and the
+        partitions it can lead again (offline ones it is an ISR member of) get it."""
+        self._require_active()
+        broker = self.state.broker(node_id)
+        if broker is None:
+            raise ControllerError(ErrorCode.broker_id_not_registered,
+                                  f"node_id: broker {node_id} is not registered")
+        if epoch != broker.epoch:
+            raise ControllerError(
+                ErrorCode.stale_broker_epoch,
+                f"epoch: broker {node_id} epoch {epoch} is not its current {broker.epoch}",
+            )
+        self.sessions.heartbeat(node_id, epoch, now_ms)
+        if not broker.fenced:
+            return []
+        return self._converge(now_ms, rescan=False)
+
+    def live_brokers(self, now_ms: int) -> frozenset[int]:
+        """The brokers this controller keeps unfenced at ``now_ms``."""
+        return self.sessions.live_set(self.state, now_ms)
+
+    def tick(self, now_ms: int) -> list[MetadataCommand]:
+        """Expire sessions (fence, then elect for what the fenced brokers led), then run the
+        tasks that are due."""
+        self._require_active()
+        for key in [k for k, t in self._pending.items()
+                    if now_ms - t >= self.config.command_retry_ms]:
+            del self._pending[key]
+        due = self.schedule.due(now_ms)
+        out = self._converge(now_ms, rescan=PARTITION_RECONCILE in due)
+        for name in due:
+            if name == LEADER_REBALANCE:
+                # partitions this tick already changes are left for the next check
+                touched = {(c.topic, c.partition) for c in out
+                           if isinstance(c, ChangePartitionLeader)}
+                out.extend(c for c in self.rebalance_preferred_leaders(now_ms)
+                           if isinstance(c, ChangePartitionLeader)
+                           and (c.topic, c.partition) not in touched)
+            elif name == STORAGE_GC:
+                self._gc_orders = self.gc.plan(self.state, now_ms)
+            for hook in self._hooks.get(name, ()):
+                try:
+                    out.extend(hook(now_ms))
+                except Exception as exc:  # a faulty hook must not stop fencing
+                    self.failures.append((name, repr(exc)))
+        return out
+
+    def _converge(self, now_ms: int, rescan: bool) -> list[MetadataCommand]:
+        live = self.sessions.live_set(self.state, now_ms)
+        out: list[MetadataCommand] = []
+        for broker in self.state.all_brokers():
+            fence_key = ("fence", broker.node_id, broker.epoch)
+            unfence_key = ("unfence", broker.node_id, broker.epoch)
+            self._pending.pop(fence_key if broker.fenced else unfence_key, None)
+            if broker.fenced and broker.node_id in live:
+                self._emit(out, unfence_key, UnfenceBroker(broker.node_id, broker.epoch),
+                           now_ms)
+            elif not broker.fenced and broker.node_id not in live:
+                self._emit(out, fence_key, FenceBroker(broker.node_id, broker.epoch), now_ms)
+        if rescan or live != self._last_live:
+            for change in leaders.reconcile(self.state, live, self._unclean):
+                self._emit_partition(out, change, now_ms)
+        self._last_live = live
+        return out
+
+    def _emit(self, out: list[MetadataCommand], key: tuple[object, ...],
+              command: MetadataCommand, now_ms: int) -> None:
+        if key in self._pending:
+            return
+        self._pending[key] = now_ms
+        out.append(command)
+
+    def _emit_partition(self, out: list[MetadataCommand], change: ChangePartitionLeader,
+                        now_ms: int) -> None:
+        part = self.state.partition(change.topic, change.partition)
+        epoch = -1 if part is None else part.partition_epoch
+        key = ("partition", change.topic, change.partition, epoch, change.leader, change.isr)
+        self._emit(out, key, change, now_ms)
+
+    def _unclean(self, topic: str) -> bool:
+        static = {UNCLEAN: "true" if self.config.unclean_leader_election else "false"}
+        resolved = self.state.topic_config(topic, None, static)
+        if resolved is None:
+            return False
+        return bool(resolved.value(UNCLEAN))
+
+    def rebalance_preferred_leaders(self, now_ms: int) -> list[MetadataCommand]:
+        """Move leadership back to preferred leaders (live and in the ISR) of brokers whose
+        imbalance is above ``leader_imbalance_per_broker_percentage`` (Kafka's
+        auto.leader.rebalance; also run on its schedule when that is enabled)."""
+        self._require_active()
+        live = self.sessions.live_set(self.state, now_ms)
+        live = frozenset(n for n in live if self.state.is_live(n))
+        out: list[MetadataCommand] = []
+        for change in leaders.preferred_leader_moves(
+            self.state, live, self.config.leader_imbalance_per_broker_percentage
+        ):
+            self._emit_partition(out, change, now_ms)
+        return out
+
+    # -- topics ------------------------------------------------------------------------------
+    def placement_nodes(self, now_ms: int) -> dict[int, str | None]:
+        """Unfenced brokers whose session is alive, and their racks."""
+        live = self.sessions.live_set(self.state, now_ms)
+        return {n: rack for n, rack in self.state.placement_nodes().items() if n in live}
+
+    def create_topic(self, name: str, partitions: int | None, replication_factor: int | None,
+                     configs: Mapping[str, str] | None, now_ms: int) -> CreateTopic:
+        """CreateTopics for one topic (``None`` or -1: the configured default). Raises
+        ``ControllerError`` with Kafka's code (INVALID_REPLICATION_FACTOR when it is above
+        the live brokers, TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS, INVALID_CONFIG...)."""
+        self._require_active()
+        return plan_create_topic(
+            self.state, self.ring, self.placement_nodes(now_ms), name, partitions,
+            replication_factor, configs or {},
+            (self.config.default_partitions, self.config.default_replication_factor),
+            self._id_source,
+        )
+
+    def create_partitions(self, name: str, total: int, now_ms: int) -> CreatePartitions:
+        self._require_active()
+        return plan_create_partitions(self.state, self.ring, self.placement_nodes(now_ms),
+                                      name, total)
+
+    def delete_topic(self, name: str, topic_id: bytes | None = None) -> DeleteTopic:
+        self._require_active()
+        return plan_delete_topic(self.state, name, topic_id)
+
+    # -- producer ids ------------------------------------------------------------------------
+    def allocate_producer_ids(self, node_id: int, count: int | None = None
+                              ) -> AllocateProducerIds:
+        """A block of producer ids for ``node_id`` (default ``producer_id_block_size``); the
+        applied command's result is the block's first id."""
+        self._require_active()
+        if node_id not in self.state.brokers:
+            raise ControllerError(ErrorCode.broker_id_not_registered,
+                                  f"node_id: broker {node_id} is not registered")
+        size = self.config.producer_id_block_size if count is None else count
+        if not 1 <= size <= MAX_PRODUCER_ID_BLOCK:
+            raise ControllerError(ErrorCode.invalid_request,
+                                  f"count: {size} is not between 1 and {MAX_PRODUCER_ID_BLOCK}")
+        return AllocateProducerIds(node_id, size)
+
+    # -- background tasks --------------------------------------------------------------------
+    def add_task(self, name: str, interval_ms: int, now_ms: int) -> None:
+        """A new named task (its hooks are added with ``add_hook``)."""
+        self.schedule.add(name, interval_ms, now_ms)
+
+    def add_hook(self, task: str, hook: TaskHook) -> None:
+        """Run ``hook`` whenever ``task`` is due: ``offset-expiry`` (the offsets group's
+        expiry), ``pipeline-schedule`` (the connect work's pipeline scheduler), or a task
+        added with ``add_task``. What it returns is proposed; if it raises, the failure is
+        kept in ``failures`` and the other work goes on."""
+        if task not in self.schedule.names():
+            raise ValueError(f"no task named {task!r}")
+        self._hooks.setdefault(task, []).append(hook)
+
+    def report_hosted(self, node_id: int, topic_ids: Iterable[bytes]) -> None:
+        """A node's report of the topic ids it holds data for (storage GC's input)."""
+        self.gc.report(self.state, node_id, topic_ids)
+
+    def take_gc_orders(self) -> dict[int, list[bytes]]:
+        """Per node, the topic ids whose data it must delete (from the last ``storage-gc``
+        run); the orders are handed out once."""
+        orders, self._gc_orders = self._gc_orders, {}
+        return orders
+
+    def next_wakeup(self) -> int | None:
+        """The earliest time something is due: a session expiry or a task."""
+        times = [t for t in (self.sessions.next_expiry(), self.schedule.next_due())
+                 if t is not None]
+        return min(times, default=None)
