@@ -156,3 +156,38 @@ def test_two_groups_on_three_mesh_nodes(tmp_path: Path) -> None:
                 await m.stop()
 
     asyncio.run(go())
+
+
+def test_voters_found_by_address_without_gossip_seeds(tmp_path: Path) -> None:
+    """controller.quorum.voters' id@host:port: nodes that share no seed reach each other by
+    dialling the voters' mesh addresses, and the group elects and commits."""
+
+    async def go() -> None:
+        meshes = [service(tmp_path, i, "") for i in (1, 2, 3)]
+        ports = {}
+        for i, m in enumerate(meshes, start=1):
+            ports[i] = (await m.start())[1]
+        nodes: list[Node] = []
+        try:
+            for i, m in enumerate(meshes, start=1):
+                transport = MeshRaftTransport(m, i)
+                for j in (1, 2, 3):
+                    if j != i:
+                        transport.set_voter_address(j, f"127.0.0.1:{ports[j]}")
+                multi = MultiRaft(i, str(tmp_path / f"n{i}"), transport, config=CFG)
+                machine = KvMachine()
+                await multi.add_group("metadata", [1, 2, 3], machine)
+                nodes.append(Node(m, multi, {"metadata": machine}))
+            await until(lambda: leader_of(nodes, "metadata") is not None, 30,
+                        "the group elects over dialled addresses")
+            for k in range(5):
+                await write(nodes, "metadata", b"k%d=%d" % (k, k))
+            await until(lambda: all(len(n.machines["metadata"].kv) == 5 for n in nodes), 20,
+                        "every voter applies")
+        finally:
+            for n in nodes:
+                await n.multi.stop()
+            for m in meshes:
+                await m.stop()
+
+    asyncio.run(go())
