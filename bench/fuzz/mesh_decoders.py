@@ -33,6 +33,20 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from eddy.cluster.metadata.commands import MetadataCommand
+from eddy.cluster.metadata.records import MetadataSnapshot
+from eddy.cluster.metadata.state import MetadataSnapshotError, MetadataState
+from eddy.cluster.raft.core import RaftNode
+from eddy.cluster.raft.memstore import MemoryLogStore
+from eddy.cluster.raft.messages import (
+    ConfChangeEntry,
+    Heartbeat,
+    RaftMessage,
+    RaftMessageError,
+    RequestVote,
+)
+from eddy.cluster.raft.ready import RaftConfig
+from eddy.cluster.raft.types import ConfState
 from eddy.gateway.ops import OPS
 from eddy.mesh import postcard
 from eddy.mesh.announce import (
@@ -49,6 +63,7 @@ from eddy.mesh.frames import (
     TAG_KAFKA_OP,
     TAG_PING,
     TAG_POINTER_PULL,
+    TAG_RAFT,
     FrameError,
     FrameReader,
     Hello,
@@ -76,6 +91,8 @@ MESSAGES: list[Any] = [
     GossipMessage, GossipPayload, Announcement, SignedAnnouncement, ControlRequest,
     ControlResponse,
     *sorted({cls for pair in OPS.values() for cls in pair}, key=lambda c: c.__name__),
+    # Raft messages (tag 0x05), the metadata group's commands and snapshots
+    RaftMessage, ConfChangeEntry, MetadataCommand, MetadataSnapshot,
 ]
 DOCUMENTED = (FrameError, PostcardError)
 
@@ -99,6 +116,22 @@ def _decode(tp: Any, data: bytes) -> None:
     elif isinstance(value, SignedAnnouncement):
         with contextlib.suppress(BadAnnouncement):
             verify_announcement(value)
+    elif tp is RaftMessage:
+        _step_raft(value)
+    elif tp is MetadataCommand:
+        MetadataState().apply(value)  # a rejected command is an ApplyResult, never a raise
+    elif tp is MetadataSnapshot:
+        with contextlib.suppress(MetadataSnapshotError):
+            MetadataState().restore(data)
+
+
+def _step_raft(msg: Any) -> None:
+    """A decoded Raft message stepped into a follower of a 3-voter group, as node 2."""
+    node = RaftNode(2, RaftConfig(), random.Random(0),
+                    MemoryLogStore(ConfState(voters=(1, 2, 3))))
+    with contextlib.suppress(RaftMessageError):
+        node.step(msg)
+        node.ready()
 
 
 def check_input(data: bytes) -> None:
@@ -152,6 +185,8 @@ def seed_messages() -> list[tuple[int, Any]]:
         (TAG_CONTROL_RPC, StatusRequest()),
         (TAG_CONTROL_RPC, PingRequest("2", 3, 100)),
         (TAG_GOSSIP, PeerRef(node, "10.0.0.1:7946")),
+        (TAG_RAFT, Heartbeat(0, 1, 2, 3, 0, b"")),
+        (TAG_RAFT, RequestVote(0, 3, 2, 4, 0, 0, True, False)),
     ]
 
 
