@@ -7,8 +7,6 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sized
 from typing import Any, Protocol
 
-from kio.schema.api_versions.v0 import response as api_versions_v0
-
 from eddy.broker.allocator import tune_malloc
 from eddy.broker.broker import Broker
 from eddy.broker.connection import Connection
@@ -40,7 +38,7 @@ from eddy.protocol.codec import (
     peek_header,
     supported_version,
 )
-from eddy.protocol.errors import CloseConnection, ErrorCode, KafkaError
+from eddy.protocol.errors import CloseConnection, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -237,16 +235,6 @@ class KafkaServer:
             if conn.transport is not None:
                 conn.transport.abort()
 
-    def _unsupported_api_versions(self) -> Any:
-        if self.versions is SUPPORTED:
-            return api_versions.unsupported_response()
-        return api_versions_v0.ApiVersionsResponse(
-            error_code=ErrorCode.unsupported_version,
-            api_keys=tuple(api_versions_v0.ApiVersion(api_key=k, min_version=r.min,
-                                                      max_version=r.max)
-                           for k, r in sorted(self.versions.items())),
-        )
-
     async def dispatch(self, frame: bytes, client_host: str = "") -> list[Sized] | None:
         try:
             raw = peek_header(frame)
@@ -259,7 +247,7 @@ class KafkaServer:
         if key is None:
             if raw.api_key == ApiKey.API_VERSIONS:
                 # answer in v0 with the ranges we have, so the client can retry lower
-                body = self._unsupported_api_versions()
+                body = api_versions.unsupported_response(self.versions)
                 return [encode_response(ApiKey.API_VERSIONS, 0, raw.correlation_id, body)]
             raise CloseConnection(
                 f"unsupported API key {raw.api_key} version {raw.api_version}"
