@@ -33,9 +33,25 @@ def parse_host_port(value: str, field: str) -> tuple[str, int]:
     return (host.strip("[]") or "127.0.0.1"), int(port)
 
 
-#: the roles a node can have today (seed 000's broker and gateway; controller, registry and
-#: connect become roles with the work that builds them)
-ROLES = frozenset({"broker", "gateway"})
+#: the roles a node can have today (seed 000's broker and gateway, seed 004's controller: a
+#: voter of the metadata quorum; registry and connect become roles with the work that builds
+#: them)
+ROLES = frozenset({"broker", "controller", "gateway"})
+
+
+def parse_quorum_voters(value: str) -> dict[int, str]:
+    """Kafka's controller.quorum.voters, ``id@host:port,...`` (here the hosts are mesh
+    addresses), as node id -> ``host:port``."""
+    voters: dict[int, str] = {}
+    for item in split_list(value):
+        node, sep, addr = item.partition("@")
+        if not sep or not node.strip().isdigit() or int(node) <= 0:
+            raise ValueError(f"expected ID@HOST:PORT items (ids from 1), got {item!r}")
+        parse_host_port(addr.strip(), f"controller.quorum.voters ({node})")
+        if int(node) in voters:
+            raise ValueError(f"node {int(node)} is named twice")
+        voters[int(node)] = addr.strip()
+    return voters
 
 
 def split_list(value: str) -> list[str]:
@@ -213,6 +229,20 @@ class BrokerConfig(BaseModel):
         30000, ge=1, alias="mesh.request.timeout.ms",
         description="default timeout of a forwarded operation over the mesh",
     )
+    controller_quorum_voters: str = Field(
+        "", alias="controller.quorum.voters",
+        description="ID@HOST:PORT list of the metadata quorum's voters (HOST:PORT: their mesh "
+        "addresses); set: the node is part of a cluster whose metadata lives in Raft",
+    )
+    broker_heartbeat_interval_ms: int = Field(
+        250, ge=10, alias="broker.heartbeat.interval.ms",
+        description="how often a broker heartbeats to the controller (seed 004's 250 ms)",
+    )
+    broker_session_timeout_ms: int = Field(
+        1500, ge=50, alias="broker.session.timeout.ms",
+        description="a broker silent this long is fenced and loses its leaderships (6 "
+        "heartbeats: failover within 2 s, see cluster/controller/config.py)",
+    )
 
     @field_validator("listen", "advertised")
     @classmethod
@@ -257,6 +287,26 @@ class BrokerConfig(BaseModel):
                              f"got {v!r}")
         return ",".join(roles)
 
+    @field_validator("controller_quorum_voters")
+    @classmethod
+    def _voters(cls, v: str) -> str:
+        parse_quorum_voters(v)
+        return v
+
+    @model_validator(mode="after")
+    def _controller_role_matches_voters(self) -> BrokerConfig:
+        voters = self.quorum_voters
+        if "controller" in self.roles and self.node_id not in voters:
+            raise ValueError(f"process.roles has controller but node.id {self.node_id} is not "
+                             f"in controller.quorum.voters ({self.controller_quorum_voters!r})")
+        if self.node_id in voters and "controller" not in self.roles:
+            raise ValueError(f"node.id {self.node_id} is in controller.quorum.voters: add "
+                             "controller to process.roles")
+        if self.broker_session_timeout_ms <= self.broker_heartbeat_interval_ms:
+            raise ValueError("broker.session.timeout.ms must be above "
+                             "broker.heartbeat.interval.ms")
+        return self
+
     @field_validator("log_level")
     @classmethod
     def _level(cls, v: str) -> str:
@@ -295,16 +345,37 @@ class BrokerConfig(BaseModel):
         return frozenset(split_list(self.process_roles))
 
     @property
+    def quorum_voters(self) -> dict[int, str]:
+        """controller.quorum.voters as node id -> mesh HOST:PORT (empty: no cluster)."""
+        return parse_quorum_voters(self.controller_quorum_voters)
+
+    @property
+    def clustered(self) -> bool:
+        """Metadata in Raft (controller.quorum.voters is set)."""
+        return bool(self.controller_quorum_voters.strip())
+
+    @property
     def mesh_enabled(self) -> bool:
-        return bool(self.mesh_listener or self.mesh_seeds or "gateway" in self.roles)
+        return bool(self.mesh_listener or self.mesh_seeds or "gateway" in self.roles
+                    or self.clustered)
 
     @property
     def mesh_address(self) -> tuple[str, int]:
-        return parse_host_port(self.mesh_listener or "127.0.0.1:0", "mesh.listener")
+        """Where the mesh listens: mesh.listener, else a voter's address in
+        controller.quorum.voters, else any free port on loopback."""
+        own = self.quorum_voters.get(self.node_id) if self.clustered else None
+        return parse_host_port(self.mesh_listener or own or "127.0.0.1:0", "mesh.listener")
 
     @property
     def mesh_seed_addresses(self) -> list[tuple[str, int]]:
-        return [parse_host_port(s, "mesh.seeds") for s in split_list(self.mesh_seeds)]
+        """mesh.seeds, then the other voters of controller.quorum.voters (a cluster's nodes
+        find each other through its quorum without a seed list)."""
+        seeds = [parse_host_port(s, "mesh.seeds") for s in split_list(self.mesh_seeds)]
+        for node, addr in sorted(self.quorum_voters.items()):
+            voter = parse_host_port(addr, "controller.quorum.voters")
+            if node != self.node_id and voter not in seeds:
+                seeds.append(voter)
+        return seeds
 
     @property
     def listen_address(self) -> tuple[str, int]:

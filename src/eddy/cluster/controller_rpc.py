@@ -1,0 +1,142 @@
+"""What brokers ask the controller over the mesh (tag 0x06, control range of seed 000):
+registration, heartbeats, topic administration and any other metadata change. One postcard
+enum each way; every answer is a ``ControllerReply``.
+
+The sender is known by its mesh key (the QUIC handshake proved it): a registration binds a
+node id to the key it came from, and every later request must come from that key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from eddy.cluster.metadata.records import ConfigEntry
+from eddy.mesh import postcard
+from eddy.mesh.postcard import I16, I32, I64
+
+__all__ = [
+    "AllocateProducerIdsRequest",
+    "ControllerReply",
+    "ControllerRequest",
+    "CreatePartitionsRequest",
+    "CreateTopicRequest",
+    "DeleteTopicRequest",
+    "HeartbeatRequest",
+    "ProposeRequest",
+    "RegisterRequest",
+    "decode_reply",
+    "decode_request",
+]
+
+#: the most topic ids one heartbeat reports (the controller's StorageGc bound)
+MAX_REPORTED_TOPICS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterRequest:
+    """A broker starting (or whose epoch went stale): the controller gives it a new epoch."""
+
+    VARIANT: ClassVar[int] = 0
+    node_id: I32
+    rack: str | None
+    kafka_addr: str
+    mesh_addr: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    """``hosted``: the ids of the topics the broker holds data for (storage GC's input)."""
+
+    VARIANT: ClassVar[int] = 1
+    node_id: I32
+    epoch: I64
+    hosted: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicRequest:
+    """CreateTopics for one topic; -1: the controller's default."""
+
+    VARIANT: ClassVar[int] = 2
+    name: str
+    partitions: I32
+    replication_factor: I32
+    configs: tuple[ConfigEntry, ...]
+    validate_only: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicRequest:
+    VARIANT: ClassVar[int] = 3
+    name: str
+    topic_id: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsRequest:
+    VARIANT: ClassVar[int] = 4
+    name: str
+    total: I32
+    validate_only: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ProposeRequest:
+    """A metadata command the controller proposes as it is (configs, ACLs, users,
+    pipelines; never broker or partition commands, which are the controller's own)."""
+
+    VARIANT: ClassVar[int] = 5
+    command: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AllocateProducerIdsRequest:
+    VARIANT: ClassVar[int] = 6
+    node_id: I32
+    epoch: I64
+    count: I32
+
+
+ControllerRequest = (
+    RegisterRequest
+    | HeartbeatRequest
+    | CreateTopicRequest
+    | DeleteTopicRequest
+    | CreatePartitionsRequest
+    | ProposeRequest
+    | AllocateProducerIdsRequest
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerReply:
+    """``error_code`` 0: done. NOT_CONTROLLER: ask ``controller`` (-1: unknown) instead.
+    ``value``: the new broker epoch, the first producer id... ``topic_id``: of a created
+    topic. ``delete_topics``: storage GC's orders to the heartbeating broker."""
+
+    error_code: I16
+    message: str | None
+    controller: I32
+    value: I64
+    topic_id: bytes | None
+    fenced: bool
+    delete_topics: tuple[bytes, ...]
+
+
+def reply(error_code: int = 0, message: str | None = None, *, controller: int = -1,
+          value: int = 0, topic_id: bytes | None = None, fenced: bool = False,
+          delete_topics: tuple[bytes, ...] = ()) -> ControllerReply:
+    return ControllerReply(error_code, message, controller, value, topic_id, fenced,
+                           delete_topics)
+
+
+def decode_request(data: bytes) -> ControllerRequest:
+    """Raises ``PostcardError`` naming the field on bytes that are not a request."""
+    request: ControllerRequest = postcard.decode(ControllerRequest, data)  # type: ignore[arg-type]
+    return request
+
+
+def decode_reply(data: bytes) -> ControllerReply:
+    answer: ControllerReply = postcard.decode(ControllerReply, data)
+    return answer

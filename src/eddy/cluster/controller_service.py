@@ -1,0 +1,289 @@
+"""``ControllerService``: the asyncio adapter that runs the sans-IO ``Controller`` on the
+``metadata`` group's leader and answers brokers' controller RPCs (tag 0x06).
+
+When this node becomes the leader it first waits for a read barrier (everything committed
+before its term is applied here), then starts the controller with the previous leader as a
+suspect (seed 004: a short grace for it, a full session for everyone else). A tick task runs
+the controller at least every heartbeat interval and proposes what it returns, in order.
+Followers answer every request with NOT_CONTROLLER and the leader they know.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+
+from eddy.clock import Clock
+from eddy.cluster.controller import Controller, ControllerConfig, ControllerError
+from eddy.cluster.controller_rpc import (
+    AllocateProducerIdsRequest,
+    ControllerReply,
+    ControllerRequest,
+    CreatePartitionsRequest,
+    CreateTopicRequest,
+    DeleteTopicRequest,
+    HeartbeatRequest,
+    ProposeRequest,
+    RegisterRequest,
+    decode_request,
+    reply,
+)
+from eddy.cluster.machine import MetadataMachine
+from eddy.cluster.metadata import ApplyResult, MetadataCommand, decode_command, encode_command
+from eddy.cluster.metadata.commands import (
+    AlterBrokerConfigs,
+    AlterTopicConfigs,
+    CreateAcl,
+    DeleteAcl,
+    DeletePipeline,
+    DeleteScramUser,
+    RegisterBroker,
+    RegisterPipeline,
+    UpsertScramUser,
+)
+from eddy.cluster.placement import HashRing
+from eddy.cluster.raft.driver import RaftDriver, WriteTimeout
+from eddy.cluster.raft.ready import NotLeader, ProposalDropped, Role, SoftState
+from eddy.mesh import postcard
+from eddy.mesh.frames import Frame
+from eddy.mesh.postcard import PostcardError
+from eddy.protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+#: the commands a broker may ask the controller to propose as they are
+PASSTHROUGH = (AlterTopicConfigs, AlterBrokerConfigs, CreateAcl, DeleteAcl, UpsertScramUser,
+               DeleteScramUser, RegisterPipeline, DeletePipeline)
+
+
+class ControllerService:
+    def __init__(self, node_id: int, driver: RaftDriver, machine: MetadataMachine,
+                 config: ControllerConfig, clock: Clock) -> None:
+        self.node_id = node_id
+        self.driver = driver
+        self.machine = machine
+        self.clock = clock
+        self.controller = Controller(machine.state, config, HashRing())
+        self.activations = 0  # how many times this node became the controller
+        self._gc_orders: dict[int, tuple[bytes, ...]] = {}
+        self._last_leader = 0
+        self._activating: asyncio.Task[None] | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._previous_hook = driver.on_soft_state
+        driver.on_soft_state = self._on_soft_state
+
+    @property
+    def active(self) -> bool:
+        return self.controller.active
+
+    def start(self) -> None:
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_loop(),
+                                                              name="controller-tick")
+        if self.driver.is_leader:
+            self._activate(self.driver.leader)
+
+    async def stop(self) -> None:
+        self.controller.stop()
+        for task in (self._activating, self._ticker):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    # -- leadership --------------------------------------------------------------------------
+    def _on_soft_state(self, soft: SoftState) -> None:
+        if self._previous_hook is not None:
+            self._previous_hook(soft)
+        previous, self._last_leader = self._last_leader, soft.leader or self._last_leader
+        if soft.role == Role.LEADER:
+            if not self.controller.active:
+                self._activate(previous)
+        elif self.controller.active or self._activating is not None:
+            log.info("node %d is no longer the controller (leader now %s)", self.node_id,
+                     soft.leader or "unknown")
+            self.controller.stop()
+            if self._activating is not None:
+                self._activating.cancel()
+                self._activating = None
+
+    def _activate(self, previous_leader: int) -> None:
+        if self._activating is not None:
+            return
+        self._activating = asyncio.get_running_loop().create_task(
+            self._become_active(previous_leader), name="controller-activate")
+
+    async def _become_active(self, previous_leader: int) -> None:
+        try:
+            while self.driver.is_leader:
+                try:
+                    await self.driver.read_barrier()
+                    break
+                except (NotLeader, ProposalDropped):
+                    return
+                except WriteTimeout:
+                    continue
+            if not self.driver.is_leader:
+                return
+            suspects = [previous_leader] if previous_leader not in (0, self.node_id) else []
+            self.controller.start(self.clock.now_ms(), suspects)
+            self.activations += 1
+            log.info("node %d is the controller (metadata leader, term %d)", self.node_id,
+                     self.driver.status().term)
+            self._wake.set()
+        finally:
+            self._activating = None
+
+    # -- the tick loop -----------------------------------------------------------------------
+    async def _tick_loop(self) -> None:
+        interval_ms = self.controller.config.heartbeat_interval_ms
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._sleep_s(interval_ms)):
+                    await self._wake.wait()
+            self._wake.clear()
+            if not self.controller.active:
+                continue
+            try:
+                commands = self.controller.tick(self.clock.now_ms())
+                for node_id, ids in self.controller.take_gc_orders().items():
+                    self._gc_orders[node_id] = tuple(ids)
+                if commands:
+                    await self.propose_all(commands)
+            except ControllerError:
+                continue  # stopped being the controller meanwhile
+            except Exception:
+                log.exception("controller tick failed; carrying on")
+
+    def _sleep_s(self, interval_ms: int) -> float:
+        wake = self.controller.next_wakeup() if self.controller.active else None
+        now = self.clock.now_ms()
+        ms = interval_ms if wake is None else max(1, min(interval_ms, wake - now))
+        return ms / 1000
+
+    async def propose(self, command: MetadataCommand) -> ApplyResult:
+        result: ApplyResult = await self.driver.propose(encode_command(command))
+        if not result.ok:
+            log.debug("controller command %s rejected: %s", type(command).__name__,
+                      result.message)
+        return result
+
+    async def propose_all(self, commands: Sequence[MetadataCommand]) -> list[ApplyResult]:
+        """Propose in order (the driver queues them in the order the tasks start) and wait
+        for all of them; failures to propose are logged and left to the next reconcile."""
+        tasks = [asyncio.ensure_future(self.propose(c)) for c in commands]
+        out: list[ApplyResult] = []
+        for command, outcome in zip(commands, await asyncio.gather(*tasks,
+                                                                   return_exceptions=True),
+                                    strict=True):
+            if isinstance(outcome, BaseException):
+                log.info("controller command %s not applied: %s", type(command).__name__,
+                         outcome)
+                out.append(ApplyResult(ErrorCode.not_controller, str(outcome)))
+            else:
+                out.append(outcome)
+        return out
+
+    # -- RPCs ----------------------------------------------------------------------------------
+    async def handle(self, peer: bytes, frame: Frame) -> bytes | None:
+        """The mesh handler of tag 0x06."""
+        try:
+            request = decode_request(frame.payload)
+        except PostcardError as exc:
+            return postcard.encode(reply(ErrorCode.invalid_request, f"bad request: {exc}"))
+        return postcard.encode(await self.answer(peer, request))
+
+    async def answer(self, peer: bytes, request: ControllerRequest) -> ControllerReply:
+        """``request`` from the node whose mesh key is ``peer``; every failure is a reply."""
+        try:
+            answer = await self._answer(peer, request)
+        except ControllerError as exc:
+            answer = self._refused(exc.code, exc.message)
+        except NotLeader as exc:
+            answer = reply(ErrorCode.not_controller, str(exc), controller=exc.leader_hint or -1)
+        except WriteTimeout as exc:
+            answer = reply(ErrorCode.request_timed_out, str(exc), controller=self.node_id)
+        except ProposalDropped as exc:
+            answer = self._refused(ErrorCode.not_controller, str(exc))
+        return answer
+
+    def _refused(self, code: ErrorCode, message: str) -> ControllerReply:
+        hint = self.node_id if self.controller.active else (self.driver.leader or -1)
+        return reply(code, message, controller=hint)
+
+    def _check_sender(self, peer: bytes, node_id: int | None) -> None:
+        owner = self.machine.state.key_owner(peer)
+        if owner is None or (node_id is not None and owner != node_id):
+            raise ControllerError(ErrorCode.cluster_authorization_failed,
+                                  "the request does not come from the node it names "
+                                  "(mesh key not registered for it)")
+
+    async def _answer(self, peer: bytes, request: object) -> ControllerReply:
+        if not self.controller.active:
+            raise ControllerError(ErrorCode.not_controller, "this node is not the controller")
+        now = self.clock.now_ms()
+        c = self.controller
+        if isinstance(request, RegisterRequest):
+            return await self._register(peer, request)
+        if isinstance(request, HeartbeatRequest):
+            self._check_sender(peer, request.node_id)
+            commands = c.on_heartbeat(request.node_id, request.epoch, now)
+            c.report_hosted(request.node_id, request.hosted)
+            if commands:
+                await self.propose_all(commands)
+            broker = self.machine.state.broker(request.node_id)
+            return reply(controller=self.node_id, value=request.epoch,
+                         fenced=broker is None or broker.fenced,
+                         delete_topics=self._gc_orders.pop(request.node_id, ()))
+        self._check_sender(peer, None)
+        if isinstance(request, CreateTopicRequest):
+            partitions = None if request.partitions == -1 else request.partitions
+            rf = None if request.replication_factor == -1 else request.replication_factor
+            configs = {e.name: e.value for e in request.configs}
+            command = c.create_topic(request.name, partitions, rf, configs, now)
+            if request.validate_only:
+                return reply(controller=self.node_id, topic_id=command.topic_id,
+                             value=len(command.partitions))
+            result = await self.propose(command)
+            return self._result(result, topic_id=command.topic_id)
+        if isinstance(request, DeleteTopicRequest):
+            return self._result(await self.propose(c.delete_topic(request.name,
+                                                                  request.topic_id)))
+        if isinstance(request, CreatePartitionsRequest):
+            cp = c.create_partitions(request.name, request.total, now)
+            if request.validate_only:
+                return reply(controller=self.node_id)
+            return self._result(await self.propose(cp))
+        if isinstance(request, AllocateProducerIdsRequest):
+            self._check_sender(peer, request.node_id)
+            count = None if request.count <= 0 else request.count
+            return self._result(await self.propose(c.allocate_producer_ids(request.node_id,
+                                                                           count)))
+        if isinstance(request, ProposeRequest):
+            try:
+                asked = decode_command(request.command)
+            except PostcardError as exc:
+                raise ControllerError(ErrorCode.invalid_request, f"command: {exc}") from None
+            if not isinstance(asked, PASSTHROUGH):
+                raise ControllerError(ErrorCode.invalid_request,
+                                      f"command: {type(asked).__name__} is the "
+                                      "controller's own")
+            return self._result(await self.propose(asked))
+        raise ControllerError(ErrorCode.invalid_request, "unknown request")
+
+    async def _register(self, peer: bytes, request: RegisterRequest) -> ControllerReply:
+        state = self.machine.state
+        current = state.broker(request.node_id)
+        epoch = (current.epoch if current is not None else 0) + 1
+        result = await self.propose(RegisterBroker(
+            request.node_id, peer, request.rack, request.kafka_addr, request.mesh_addr, epoch))
+        if result.ok:
+            log.info("broker %d registered (epoch %d) at %s", request.node_id, epoch,
+                     request.kafka_addr)
+        return self._result(result)
+
+    def _result(self, result: ApplyResult, topic_id: bytes | None = None) -> ControllerReply:
+        return reply(int(result.code), result.message or None, controller=self.node_id,
+                     value=result.value or 0, topic_id=topic_id if result.ok else None)

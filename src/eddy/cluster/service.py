@@ -1,0 +1,131 @@
+"""``ClusterService``: a node's part in the metadata service (seed 004).
+
+On a voter of ``controller.quorum.voters`` it runs the ``metadata`` Raft group (multi-Raft,
+over the mesh) with the metadata state as its state machine, and the controller whenever
+this node leads that group. On a broker it also runs the agent that registers and
+heartbeats, and offers the Kafka handlers what they need: the replicated state, the
+controller's id, and requests to the controller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+
+from eddy.clock import Clock
+from eddy.cluster.controller import ControllerConfig
+from eddy.cluster.controller_client import BrokerAgent, ControllerClient
+from eddy.cluster.controller_rpc import ControllerReply, ControllerRequest
+from eddy.cluster.controller_service import ControllerService
+from eddy.cluster.machine import MetadataMachine
+from eddy.cluster.metadata import MetadataState
+from eddy.cluster.multiraft import MultiRaft
+from eddy.cluster.raft.driver import RaftDriver, RaftStatus
+from eddy.cluster.raft_transport import MeshRaftTransport
+from eddy.config import BrokerConfig, ConfigError
+from eddy.mesh.frames import TAG_CONTROLLER
+from eddy.mesh.service import MeshService
+
+log = logging.getLogger(__name__)
+
+METADATA_GROUP = "metadata"
+
+
+def controller_config(config: BrokerConfig) -> ControllerConfig:
+    return ControllerConfig(
+        heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
+        session_timeout_ms=config.broker_session_timeout_ms,
+        default_partitions=config.num_partitions,
+        default_replication_factor=config.default_replication_factor,
+    )
+
+
+class ClusterService:
+    def __init__(self, config: BrokerConfig, mesh: MeshService, clock: Clock) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.mesh = mesh
+        self.clock = clock
+        self.voters = config.quorum_voters
+        if self.node_id not in self.voters:
+            raise ConfigError(
+                f"node.id {self.node_id} is not in controller.quorum.voters: today every node "
+                "of a cluster is a voter of the metadata quorum (brokers joining as Raft "
+                "learners are not built yet)")
+        self.machine = MetadataMachine()
+        self.transport = MeshRaftTransport(mesh, self.node_id)
+        for node_id, addr in self.voters.items():
+            if node_id != self.node_id:
+                self.transport.set_voter_address(node_id, addr)
+        self.multi = MultiRaft(self.node_id, config.data_dir, self.transport, clock=clock)
+        self.metadata: RaftDriver | None = None
+        self.controller: ControllerService | None = None
+        self.client = ControllerClient(self.node_id, mesh, self.voters,
+                                       leader_hint=self._raft_leader)
+        self.agent: BrokerAgent | None = None
+        self._changed = asyncio.Event()
+        self.machine.on_change(lambda _index: self._changed.set())
+
+    @property
+    def state(self) -> MetadataState:
+        return self.machine.state
+
+    def _raft_leader(self) -> int:
+        return self.metadata.leader if self.metadata is not None else 0
+
+    @property
+    def controller_id(self) -> int:
+        """The controller as this node knows it (-1: none known)."""
+        return self._raft_leader() or self.client.hint or -1
+
+    async def start(self, kafka_addr: str, hosted: Callable[[], Iterable[bytes]] | None = None,
+                    on_delete: Callable[[list[bytes]], None] | None = None) -> None:
+        """Start the metadata group (voters) and, with ``hosted``/``on_delete`` given (a
+        broker), the agent that registers this node."""
+        self.metadata = await self.multi.add_group(METADATA_GROUP, sorted(self.voters),
+                                                   self.machine)
+        self.controller = ControllerService(self.node_id, self.metadata, self.machine,
+                                            controller_config(self.config), self.clock)
+        self.client.local = self.controller
+        self.mesh.rpc.handle(TAG_CONTROLLER, self.controller.handle)
+        self.controller.start()
+        if hosted is not None and on_delete is not None:
+            self.agent = BrokerAgent(self.client, self.node_id, self.config.broker_rack,
+                                     kafka_addr, self.mesh.mesh_addr,
+                                     self.config.broker_heartbeat_interval_ms, hosted,
+                                     on_delete)
+            self.agent.start()
+
+    async def stop(self) -> None:
+        if self.agent is not None:
+            await self.agent.stop()
+        if self.controller is not None:
+            await self.controller.stop()
+        await self.multi.stop()
+        await self.transport.close()
+
+    async def ask(self, request: ControllerRequest, timeout_s: float) -> ControllerReply:
+        """The controller's answer (see ``ControllerClient.call``)."""
+        return await self.client.call(request, timeout_s)
+
+    async def wait_applied(self, check: Callable[[MetadataState], bool],
+                           timeout_s: float) -> bool:
+        """Wait until ``check`` holds for this node's replica of the state (a change the
+        controller applied reaches the followers a heartbeat later)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not check(self.state):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            self._changed.clear()
+            try:
+                async with asyncio.timeout(min(remaining, 0.05)):
+                    await self._changed.wait()
+            except TimeoutError:
+                pass
+        return True
+
+    def raft_status(self) -> list[RaftStatus]:
+        return self.multi.status()

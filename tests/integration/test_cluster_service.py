@@ -1,0 +1,166 @@
+"""The metadata service in one process: three nodes over real QUIC on loopback, each a voter
+of the ``metadata`` group (``controller.quorum.voters``) and a broker. Brokers register and
+are unfenced, a topic of replication factor 3 created through any node is placed on all
+three, a crashed controller is replaced and its broker fenced with its leaderships moved,
+and requests that claim another node's identity are refused."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from eddy.clock import WallClock
+from eddy.cluster.controller_rpc import (
+    CreateTopicRequest,
+    DeleteTopicRequest,
+    HeartbeatRequest,
+    ProposeRequest,
+    RegisterRequest,
+)
+from eddy.cluster.metadata import encode_command
+from eddy.cluster.metadata.commands import AlterTopicConfigs, FenceBroker
+from eddy.cluster.metadata.records import ConfigEntry
+from eddy.cluster.service import ClusterService
+from eddy.config import load_config
+from eddy.mesh.identity import NodeIdentity
+from eddy.mesh.service import MeshService
+from eddy.protocol.errors import ErrorCode
+
+IDS = (1, 2, 3)
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        await asyncio.sleep(0.02)
+
+
+class Cluster:
+    def __init__(self, tmp: Path) -> None:
+        ports = {i: free_udp_port() for i in IDS}
+        self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in ports.items())
+        self.tmp = tmp
+        self.meshes: dict[int, MeshService] = {}
+        self.nodes: dict[int, ClusterService] = {}
+        self.deleted: dict[int, list[bytes]] = {i: [] for i in IDS}
+
+    async def start(self, i: int) -> ClusterService:
+        cfg = load_config(env={}, overrides={
+            "node_id": i, "data_dir": str(self.tmp / f"n{i}"),
+            "process.roles": "broker,controller", "controller.quorum.voters": self.voters,
+            "mesh.ping.interval.ms": 100, "mesh.ping.max.unacked": 3})
+        mesh = MeshService(cfg, NodeIdentity.load_or_create(cfg.data_dir), WallClock(),
+                           ("127.0.0.1", 9000 + i), random.Random(i))
+        await mesh.start()
+        node = ClusterService(cfg, mesh, WallClock())
+        await node.start(f"127.0.0.1:{9000 + i}", hosted=lambda: (),
+                         on_delete=self.deleted[i].extend)
+        self.meshes[i], self.nodes[i] = mesh, node
+        return node
+
+    async def crash(self, i: int) -> None:
+        node, mesh = self.nodes.pop(i), self.meshes.pop(i)
+        assert node.agent is not None
+        await node.agent.stop()
+        if node.controller is not None:
+            await node.controller.stop()
+        for name in list(node.multi.groups):
+            await node.multi.remove_group(name, abort=True)
+        await mesh.stop()
+
+    async def stop(self) -> None:
+        for i in list(self.nodes):
+            await self.nodes.pop(i).stop()
+            await self.meshes.pop(i).stop()
+
+    def controller(self) -> ClusterService | None:
+        active = [n for n in self.nodes.values()
+                  if n.controller is not None and n.controller.active]
+        return active[0] if len(active) == 1 else None
+
+
+def test_brokers_register_topics_place_and_the_controller_fails_over(tmp_path: Path) -> None:
+    async def go() -> None:
+        c = Cluster(tmp_path)
+        try:
+            for i in IDS:
+                await c.start(i)
+            await until(lambda: c.controller() is not None, 20, "one controller")
+            await until(lambda: all(len(n.state.live_brokers()) == 3 for n in c.nodes.values()),
+                        20, "every broker registered and unfenced, seen by every node")
+
+            # a topic of replication factor 3 asked of a node that is not the controller
+            ctl = c.controller()
+            assert ctl is not None
+            asker = next(n for n in c.nodes.values() if n is not ctl)
+            answer = await asker.ask(CreateTopicRequest("orders", 6, 3, (), False), 10)
+            assert answer.error_code == ErrorCode.none, answer
+            assert answer.controller == ctl.node_id and answer.topic_id is not None
+            await until(lambda: all(n.state.topic("orders") is not None
+                                    for n in c.nodes.values()), 10, "topic on every node")
+            topic = asker.state.topic("orders")
+            assert topic is not None and topic.topic_id == answer.topic_id
+            assert all(sorted(p.replicas) == [1, 2, 3] for p in topic.partitions)
+            assert {p.leader for p in topic.partitions} == {1, 2, 3}
+
+            again = await asker.ask(CreateTopicRequest("orders", 1, 1, (), False), 10)
+            assert again.error_code == ErrorCode.topic_already_exists
+            too_big = await asker.ask(CreateTopicRequest("big", 1, 4, (), False), 10)
+            assert too_big.error_code == ErrorCode.invalid_replication_factor
+            cfg = encode_command(AlterTopicConfigs(
+                "orders", (ConfigEntry("retention.ms", "60000"),), ()))
+            assert (await asker.ask(ProposeRequest(cfg), 10)).error_code == ErrorCode.none
+            own = encode_command(FenceBroker(1, 1))
+            refused = await asker.ask(ProposeRequest(own), 10)
+            assert refused.error_code == ErrorCode.invalid_request
+
+            # another node's identity: heartbeat or registration naming node 3 from node 1
+            forged = await c.nodes[1].ask(HeartbeatRequest(3, 1, ()), 10)
+            assert forged.error_code == ErrorCode.cluster_authorization_failed
+            stolen = await c.nodes[1].ask(
+                RegisterRequest(3, None, "127.0.0.1:1", "127.0.0.1:2"), 10)
+            assert stolen.error_code == ErrorCode.duplicate_broker_registration
+
+            # the controller crashes: another takes over, fences it, moves its leaderships
+            dead = ctl.node_id
+            led = [i for i, p in enumerate(topic.partitions) if p.leader == dead]
+            await c.crash(dead)
+            await until(lambda: c.controller() is not None, 10, "a new controller")
+            new = c.controller()
+            assert new is not None and new.node_id != dead
+            await until(lambda: not new.state.is_live(dead), 10, "the dead broker fenced")
+            await until(lambda: all(
+                p.leader not in (dead, -1) and dead not in p.isr
+                for p in (new.state.topic("orders") or topic).partitions), 10,
+                "its partitions led by live brokers")
+            after = new.state.topic("orders")
+            assert after is not None
+            assert all(after.partitions[p].leader_epoch > topic.partitions[p].leader_epoch
+                       for p in led)
+
+            # the deleted topic's data is ordered away from a node reporting it
+            deleted = await c.nodes[new.node_id].ask(DeleteTopicRequest("orders", None), 10)
+            assert deleted.error_code == ErrorCode.none
+            await until(lambda: all(n.state.topic("orders") is None
+                                    for n in c.nodes.values()), 10, "gone everywhere")
+
+            # the crashed node comes back, registers again with a new epoch, is unfenced
+            back = await c.start(dead)
+            await until(lambda: new.state.is_live(dead), 15, "the restarted broker unfenced")
+            assert back.agent is not None and back.agent.epoch >= 2
+        finally:
+            await c.stop()
+
+    asyncio.run(go())
