@@ -1,5 +1,7 @@
 """The parts a node runs for its roles: a Broker (broker role), the Kafka listener serving
-either the broker's handlers or the gateway's (gateway role), and the mesh when configured.
+either the broker's handlers or the gateway's (gateway role), the mesh when configured, and
+the metadata service (controller.quorum.voters: a voter of the metadata quorum, the
+controller when it leads it, and a broker whose logs follow the cluster's metadata).
 
 A gateway that is also a broker runs its own partitions' ops in-process (the forwarder's
 local path) and everyone else's over the mesh.
@@ -11,8 +13,10 @@ import logging
 from dataclasses import dataclass
 
 from eddy.broker.broker import Broker, load_cluster_id
+from eddy.broker.cluster_sync import ReplicaSync
 from eddy.broker.server import KafkaServer
 from eddy.clock import Clock
+from eddy.cluster.service import ClusterService
 from eddy.config import BrokerConfig
 from eddy.gateway.executor import OpExecutor
 from eddy.gateway.handlers import GATEWAY_HANDLERS, GATEWAY_VERSIONS
@@ -42,6 +46,7 @@ class Node:
     server: KafkaServer
     mesh: MeshService | None
     gateway: Gateway | None
+    cluster: ClusterService | None = None
 
 
 async def start_node(config: BrokerConfig, clock: Clock) -> Node:
@@ -85,13 +90,35 @@ async def start_node(config: BrokerConfig, clock: Clock) -> Node:
         for holder in (broker, gateway):
             if holder is not None:
                 holder.config = config
+    cluster: ClusterService | None = None
+    if config.clustered:
+        assert mesh is not None  # config.mesh_enabled holds for a cluster
+        cluster = await _start_cluster(config, clock, mesh, broker, server)
     if broker is not None:
         broker.start_maintenance()
-    return Node(config, broker, server, mesh, gateway)
+    return Node(config, broker, server, mesh, gateway, cluster)
+
+
+async def _start_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
+                         broker: Broker | None, server: KafkaServer) -> ClusterService:
+    cluster_id = broker.cluster_id if broker is not None else load_cluster_id(
+        config.data_dir, config.node_id)
+    cluster = ClusterService(config, mesh, clock, cluster_id)
+    if broker is None:
+        await cluster.start("")
+        return cluster
+    sync = ReplicaSync(broker, cluster.state)
+    cluster.machine.on_change(sync.schedule)
+    broker.cluster, broker.led = cluster, set()
+    await cluster.start(f"{broker.host}:{broker.port}", hosted=sync.hosted,
+                        on_delete=sync.delete_ids)
+    return cluster
 
 
 async def stop_node(node: Node) -> None:
     await node.server.stop()
+    if node.cluster is not None:
+        await node.cluster.stop()
     if node.mesh is not None:
         await node.mesh.stop()
     if node.broker is not None:

@@ -64,7 +64,7 @@ class Cluster:
         mesh = MeshService(cfg, NodeIdentity.load_or_create(cfg.data_dir), WallClock(),
                            ("127.0.0.1", 9000 + i), random.Random(i))
         await mesh.start()
-        node = ClusterService(cfg, mesh, WallClock())
+        node = ClusterService(cfg, mesh, WallClock(), f"cluster-of-{i}")
         await node.start(f"127.0.0.1:{9000 + i}", hosted=lambda: (),
                          on_delete=self.deleted[i].extend)
         self.meshes[i], self.nodes[i] = mesh, node
@@ -100,6 +100,10 @@ def test_brokers_register_topics_place_and_the_controller_fails_over(tmp_path: P
             await until(lambda: c.controller() is not None, 20, "one controller")
             await until(lambda: all(len(n.state.live_brokers()) == 3 for n in c.nodes.values()),
                         20, "every broker registered and unfenced, seen by every node")
+            first = c.controller()
+            assert first is not None
+            await until(lambda: all(n.cluster_id == f"cluster-of-{first.node_id}"
+                                    for n in c.nodes.values()), 10, "one cluster id")
 
             # a topic of replication factor 3 asked of a node that is not the controller
             ctl = c.controller()

@@ -33,6 +33,7 @@ from eddy.cluster.metadata.commands import (
     MetadataCommand,
     RegisterBroker,
     RegisterPipeline,
+    SetClusterId,
     UnfenceBroker,
     UnregisterBroker,
     UpsertScramUser,
@@ -426,10 +427,23 @@ def test_undecodable_entries_are_rejected_without_change() -> None:
 def test_restore_refuses_bad_snapshots_and_keeps_state() -> None:
     state = with_topic()
     before = state.snapshot()
-    for data in (b"", b"\x02" + before[1:], before[:-1], before + b"\x00"):
+    for data in (b"", b"\x09" + before[1:], before[:-1], before + b"\x00"):
         with pytest.raises(MetadataSnapshotError):
             state.restore(data)
     assert state.snapshot() == before
+
+
+def test_cluster_id_is_set_once_and_kept_in_snapshots() -> None:
+    state = with_topic()
+    assert state.cluster_id == ""
+    rejected(state, SetClusterId(""), E.invalid_request)
+    rejected(state, SetClusterId("x" * 65), E.invalid_request)
+    ok(state, SetClusterId("abc"))
+    ok(state, SetClusterId("abc"))  # the same again: nothing changes
+    rejected(state, SetClusterId("other"), E.invalid_request)
+    copy = MetadataState()
+    copy.restore(state.snapshot())
+    assert copy.cluster_id == "abc" and copy.snapshot() == state.snapshot()
 
 
 # random command logs over a small universe, so many commands apply and many are refused

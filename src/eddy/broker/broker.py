@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eddy.broker.flusher import Flusher
 from eddy.broker.groups import GroupService
@@ -18,11 +18,14 @@ from eddy.broker.waiters import AppendNotifier
 from eddy.clock import Clock
 from eddy.config import BrokerConfig
 from eddy.log import compaction
-from eddy.log.manager import LogManager, Topic
+from eddy.log.manager import INTERNAL_TOPICS, LogManager, Topic
 from eddy.log.partition import PartitionLog
 from eddy.log.state_files import atomic_write
-from eddy.protocol.errors import KafkaError
+from eddy.protocol.errors import ErrorCode, KafkaError
 from eddy.txn.producer_ids import ProducerIdAllocator
+
+if TYPE_CHECKING:  # the node wires the cluster service in; the broker only reads it
+    from eddy.cluster.service import ClusterService
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +65,10 @@ class Broker:
         self._cleaner: asyncio.Task[None] | None = None
         self._last_clean_ms = 0
         self._failing: set[tuple[str, int]] = set()  # partitions whose maintenance fails
+        #: the metadata service, when this broker is part of a cluster (None: on its own)
+        self.cluster: ClusterService | None = None
+        #: the partitions this broker leads in a cluster (None: every local one)
+        self.led: set[tuple[str, int]] | None = None
 
     def load(self) -> None:
         os.makedirs(self.config.data_dir, exist_ok=True)
@@ -76,6 +83,16 @@ class Broker:
             self.port = port
 
     # ---- topics --------------------------------------------------------------------------
+
+    def partition_error(self, topic: str, partition: int) -> ErrorCode | None:
+        """In a cluster, why this broker may not serve ``topic-partition`` to clients:
+        unknown to the cluster, or led by another broker (None: it may)."""
+        if self.cluster is None or self.led is None or (topic, partition) in self.led \
+                or topic in INTERNAL_TOPICS:  # each broker's own, until the offsets group
+            return None
+        if self.cluster.state.partition(topic, partition) is None:
+            return ErrorCode.unknown_topic_or_partition
+        return ErrorCode.not_leader_or_follower
 
     def auto_create(self, name: str) -> Topic:
         return self.logs.create_topic(

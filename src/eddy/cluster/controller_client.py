@@ -34,6 +34,10 @@ from eddy.protocol.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 RETRY_PAUSE_S = 0.05
+#: the longest one attempt waits for a node: a controller answers in a few ms (one Raft
+#: round and fsync); a node that died holds its QUIC connection until the idle timeout, so
+#: waiting longer on it only delays finding the new controller
+ATTEMPT_TIMEOUT_S = 2.0
 
 
 class ControllerUnavailable(Exception):
@@ -59,10 +63,12 @@ class ControllerClient:
         self._dialled: dict[int, bytes] = {}
 
     def _target(self) -> int:
-        if self.hint > 0:
-            return self.hint
+        # a voter's own Raft group knows the leader best (it moves on at once after an
+        # election); then the last controller heard of; then each voter in turn
         if self.leader_hint is not None and (leader := self.leader_hint()) > 0:
             return leader
+        if self.hint > 0:
+            return self.hint
         target = self._order[self._next % len(self._order)]
         self._next += 1
         return target
@@ -102,7 +108,7 @@ class ControllerClient:
                 raise ControllerUnavailable(f"no controller answered within {timeout_s:.1f} s")
             target = self._target()
             try:
-                answer = await self._ask(target, request, min(remaining, 5.0))
+                answer = await self._ask(target, request, min(remaining, ATTEMPT_TIMEOUT_S))
             except (MeshError, TimeoutError, OSError, PostcardError, FrameError) as exc:
                 log.debug("controller request to node %d failed: %s", target, exc)
                 self.hint = 0

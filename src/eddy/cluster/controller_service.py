@@ -35,12 +35,16 @@ from eddy.cluster.metadata import ApplyResult, MetadataCommand, decode_command, 
 from eddy.cluster.metadata.commands import (
     AlterBrokerConfigs,
     AlterTopicConfigs,
+    ChangePartitionLeader,
     CreateAcl,
     DeleteAcl,
     DeletePipeline,
     DeleteScramUser,
+    FenceBroker,
     RegisterBroker,
     RegisterPipeline,
+    SetClusterId,
+    UnfenceBroker,
     UpsertScramUser,
 )
 from eddy.cluster.placement import HashRing
@@ -60,8 +64,9 @@ PASSTHROUGH = (AlterTopicConfigs, AlterBrokerConfigs, CreateAcl, DeleteAcl, Upse
 
 class ControllerService:
     def __init__(self, node_id: int, driver: RaftDriver, machine: MetadataMachine,
-                 config: ControllerConfig, clock: Clock) -> None:
+                 config: ControllerConfig, clock: Clock, cluster_id: str) -> None:
         self.node_id = node_id
+        self.cluster_id = cluster_id  # proposed if the cluster has none yet
         self.driver = driver
         self.machine = machine
         self.clock = clock
@@ -133,6 +138,8 @@ class ControllerService:
             log.info("node %d is the controller (metadata leader, term %d)", self.node_id,
                      self.driver.status().term)
             self._wake.set()
+            if not self.machine.state.cluster_id:
+                await self.propose_all([SetClusterId(self.cluster_id)])
         finally:
             self._activating = None
 
@@ -173,6 +180,13 @@ class ControllerService:
     async def propose_all(self, commands: Sequence[MetadataCommand]) -> list[ApplyResult]:
         """Propose in order (the driver queues them in the order the tasks start) and wait
         for all of them; failures to propose are logged and left to the next reconcile."""
+        for command in commands:
+            if isinstance(command, FenceBroker | UnfenceBroker):
+                log.info("%s broker %d (epoch %d)", "fencing" if isinstance(
+                    command, FenceBroker) else "unfencing", command.node_id, command.epoch)
+        moves = sum(isinstance(c, ChangePartitionLeader) for c in commands)
+        if moves:
+            log.info("changing the leader or ISR of %d partitions", moves)
         tasks = [asyncio.ensure_future(self.propose(c)) for c in commands]
         out: list[ApplyResult] = []
         for command, outcome in zip(commands, await asyncio.gather(*tasks,

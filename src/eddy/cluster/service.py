@@ -42,8 +42,10 @@ def controller_config(config: BrokerConfig) -> ControllerConfig:
 
 
 class ClusterService:
-    def __init__(self, config: BrokerConfig, mesh: MeshService, clock: Clock) -> None:
+    def __init__(self, config: BrokerConfig, mesh: MeshService, clock: Clock,
+                 cluster_id: str) -> None:
         self.config = config
+        self.local_cluster_id = cluster_id
         self.node_id = config.node_id
         self.mesh = mesh
         self.clock = clock
@@ -71,6 +73,11 @@ class ClusterService:
     def state(self) -> MetadataState:
         return self.machine.state
 
+    @property
+    def cluster_id(self) -> str:
+        """The cluster's id once the first controller set it, this node's until then."""
+        return self.state.cluster_id or self.local_cluster_id
+
     def _raft_leader(self) -> int:
         return self.metadata.leader if self.metadata is not None else 0
 
@@ -86,7 +93,8 @@ class ClusterService:
         self.metadata = await self.multi.add_group(METADATA_GROUP, sorted(self.voters),
                                                    self.machine)
         self.controller = ControllerService(self.node_id, self.metadata, self.machine,
-                                            controller_config(self.config), self.clock)
+                                            controller_config(self.config), self.clock,
+                                            self.local_cluster_id)
         self.client.local = self.controller
         self.mesh.rpc.handle(TAG_CONTROLLER, self.controller.handle)
         self.controller.start()

@@ -217,13 +217,16 @@ class LogManager:
         return clean
 
     def create_topic(
-        self, name: str, num_partitions: int, configs: Mapping[str, str | None], now_ms: int
+        self, name: str, num_partitions: int, configs: Mapping[str, str | None], now_ms: int,
+        topic_id: uuid.UUID | None = None,
     ) -> Topic:
+        """A new topic here; ``topic_id``: the one the cluster gave it (else a new one)."""
         clean = self.check_create(name, num_partitions, configs)
         tdir = os.path.join(self.topics_dir, name)
         if os.path.exists(tdir):
             shutil.rmtree(tdir)  # leftovers of a topic deleted before a crash
-        topic = Topic(name, uuid.uuid4(), clean, now_ms, config=TopicConfig(clean, self.defaults))
+        topic = Topic(name, topic_id or uuid.uuid4(), clean, now_ms,
+                      config=TopicConfig(clean, self.defaults))
         try:
             self._open_new_partitions(topic, num_partitions, now_ms)
             self.topics[name] = topic

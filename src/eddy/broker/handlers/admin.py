@@ -9,17 +9,19 @@ from collections import Counter
 from typing import Any
 
 from eddy.broker.broker import Broker
-from eddy.log.config import TOPIC_CONFIGS
+from eddy.broker.handlers import cluster_admin
+from eddy.broker.handlers.topic_results import (
+    MAX_PARTITIONS_PER_REQUEST,
+    created_configs,
+    too_many_partitions,
+)
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode, KafkaError
 
 _NO_TIME = datetime.timedelta(0)
-CONFIG_SOURCE_DEFAULT = 5
-CONFIG_SOURCE_TOPIC = 1
-CONFIG_SOURCE_STATIC_BROKER = 4
-#: the most partitions one CreateTopics or CreatePartitions request may add (Kafka 4.0)
-MAX_PARTITIONS_PER_REQUEST = 10_000
+__all__ = ["MAX_PARTITIONS_PER_REQUEST", "create_partitions", "create_topics",
+           "delete_topics", "describe_cluster"]
 
 
 def _check_replicas(broker: Broker, replication_factor: int, assignments: Any) -> None:
@@ -40,23 +42,15 @@ def _check_replicas(broker: Broker, replication_factor: int, assignments: Any) -
             )
 
 
-def _too_many_partitions(total: int) -> KafkaError | None:
-    """Kafka (KAFKA-17870) fails a whole request that would create more than 10,000
-    partitions: creating them one by one would hold the broker for minutes."""
-    if total <= MAX_PARTITIONS_PER_REQUEST:
-        return None
-    return KafkaError(ErrorCode.policy_violation,
-                      f"Excessively large number of partitions per request ({total}, at "
-                      f"most {MAX_PARTITIONS_PER_REQUEST}).")
-
-
 async def create_topics(broker: Broker, req: Request) -> Any:
+    if broker.cluster is not None:
+        return await cluster_admin.create_topics(broker, req)
     body = req.body
     mod = response_module(ApiKey.CREATE_TOPICS, req.api_version)
     counts = Counter(t.name for t in body.topics)
     results = []
     now = broker.clock.now_ms()
-    too_many = _too_many_partitions(sum(
+    too_many = too_many_partitions(sum(
         len(t.assignments) if t.assignments
         else broker.config.num_partitions if t.num_partitions == -1 else max(t.num_partitions, 0)
         for t in body.topics))
@@ -90,19 +84,7 @@ async def create_topics(broker: Broker, req: Request) -> Any:
                 topic = broker.logs.create_topic(t.name, num_partitions, configs, now)
                 topic_id = topic.topic_id
                 clean = topic.configs
-            if hasattr(mod, "CreatableTopicConfigs"):
-                configs_out = tuple(
-                    mod.CreatableTopicConfigs(
-                        name=name,
-                        value=clean.get(name, broker.logs.defaults.get(name, d.default)),
-                        read_only=False,
-                        config_source=(CONFIG_SOURCE_TOPIC if name in clean else
-                                       CONFIG_SOURCE_STATIC_BROKER if name in broker.logs.defaults
-                                       else CONFIG_SOURCE_DEFAULT),
-                        is_sensitive=False,
-                    )
-                    for name, d in sorted(TOPIC_CONFIGS.items())
-                )
+            configs_out = created_configs(broker, mod, clean)
         except KafkaError as exc:
             code, message = exc.code, exc.message
             num_partitions, rf, configs_out = -1, -1, ()
@@ -122,6 +104,8 @@ async def create_topics(broker: Broker, req: Request) -> Any:
 
 
 async def delete_topics(broker: Broker, req: Request) -> Any:
+    if broker.cluster is not None:
+        return await cluster_admin.delete_topics(broker, req)
     body = req.body
     mod = response_module(ApiKey.DELETE_TOPICS, req.api_version)
     wanted: list[tuple[str | None, uuid.UUID | None]]
@@ -154,13 +138,15 @@ async def delete_topics(broker: Broker, req: Request) -> Any:
 
 
 async def create_partitions(broker: Broker, req: Request) -> Any:
+    if broker.cluster is not None:
+        return await cluster_admin.create_partitions(broker, req)
     body = req.body
     mod = response_module(ApiKey.CREATE_PARTITIONS, req.api_version)
     counts = Counter(t.name for t in body.topics)
     results = []
     existing = {t.name: len(topic.partitions) for t in body.topics
                 if (topic := broker.logs.get(t.name)) is not None}
-    too_many = _too_many_partitions(sum(max(t.count - existing.get(t.name, t.count), 0)
+    too_many = too_many_partitions(sum(max(t.count - existing.get(t.name, t.count), 0)
                                         for t in body.topics))
     for t in body.topics:
         code, message = ErrorCode.none, None
@@ -190,6 +176,8 @@ async def create_partitions(broker: Broker, req: Request) -> Any:
 
 async def describe_cluster(broker: Broker, req: Request) -> Any:
     mod = response_module(ApiKey.DESCRIBE_CLUSTER, req.api_version)
+    if broker.cluster is not None:
+        return cluster_admin.describe_cluster(broker, req, mod)
     endpoint_type = getattr(req.body, "endpoint_type", 1)
     if endpoint_type != 1:
         return build(mod.DescribeClusterResponse, throttle_time=_NO_TIME,

@@ -1,4 +1,7 @@
-"""FindCoordinator: on a single node this node coordinates every group and transaction."""
+"""FindCoordinator: on a single node this node coordinates every group and transaction; in a
+cluster, the live broker the key hashes to (rendezvous hashing over the live brokers of the
+metadata state, the same answer on every node; until the ``offsets`` Raft group lands a
+group's offsets stay on the broker that coordinated it)."""
 
 from __future__ import annotations
 
@@ -6,6 +9,8 @@ import datetime
 from typing import Any
 
 from eddy.broker.broker import Broker
+from eddy.broker.handlers.cluster_metadata import live_brokers
+from eddy.mesh.directory import rendezvous
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode
@@ -24,6 +29,30 @@ def _answer(broker: Broker, key: str, key_type: int) -> tuple[ErrorCode, str | N
     return ErrorCode.none, None
 
 
+def coordinator_of(broker: Broker, key: str) -> tuple[int, str, int]:
+    """(node id, host, port) of the broker coordinating ``key`` (-1 when none is live)."""
+    if broker.cluster is None:
+        return broker.node_id, broker.host, broker.port
+    live = {n: (h, p) for n, h, p, _ in live_brokers(broker.cluster.state)}
+    chosen = rendezvous(key, sorted(live))
+    if chosen is None:
+        return -1, "", -1
+    if chosen == broker.node_id:
+        return chosen, broker.host, broker.port
+    return chosen, *live[chosen]
+
+
+def _found(broker: Broker, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str,
+                                                              int]:
+    code, message = _answer(broker, key, key_type)
+    if code != ErrorCode.none:
+        return code, message, -1, "", -1
+    node, host, port = coordinator_of(broker, key)
+    if node < 0:
+        return ErrorCode.coordinator_not_available, "no live broker", -1, "", -1
+    return code, message, node, host, port
+
+
 async def find_coordinator(broker: Broker, req: Request) -> Any:
     body = req.body
     mod = response_module(ApiKey.FIND_COORDINATOR, req.api_version)
@@ -31,23 +60,13 @@ async def find_coordinator(broker: Broker, req: Request) -> Any:
     if req.api_version >= 4:
         coordinators = []
         for key in body.coordinator_keys:
-            code, message = _answer(broker, key, key_type)
-            ok = code == ErrorCode.none
+            code, message, node, host, port = _found(broker, key, key_type)
             coordinators.append(
-                build(mod.Coordinator, key=key, node_id=broker.node_id if ok else -1,
-                      host=broker.host if ok else "", port=broker.port if ok else -1,
+                build(mod.Coordinator, key=key, node_id=node, host=host, port=port,
                       error_code=code, error_message=message)
             )
         return build(mod.FindCoordinatorResponse, throttle_time=datetime.timedelta(0),
                      coordinators=tuple(coordinators))
-    code, message = _answer(broker, body.key, key_type)
-    ok = code == ErrorCode.none
-    return build(
-        mod.FindCoordinatorResponse,
-        throttle_time=datetime.timedelta(0),
-        error_code=code,
-        error_message=message,
-        node_id=broker.node_id if ok else -1,
-        host=broker.host if ok else "",
-        port=broker.port if ok else -1,
-    )
+    code, message, node, host, port = _found(broker, body.key, key_type)
+    return build(mod.FindCoordinatorResponse, throttle_time=datetime.timedelta(0),
+                 error_code=code, error_message=message, node_id=node, host=host, port=port)

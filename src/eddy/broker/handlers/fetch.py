@@ -47,6 +47,8 @@ def _resolve(broker: Broker, body: Any, version: int) -> list[list[_Wanted]]:
                 err = ErrorCode.unknown_topic_or_partition
             else:
                 err = ErrorCode.none if plog is not None else missing
+            if plog is not None and (refused := broker.partition_error(plog.topic, fp.partition)):
+                err, plog = refused, None
             row.append(_Wanted(name, tid, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
                                getattr(fp, "current_leader_epoch", -1), plog, err))
         topics.append(row)

@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from eddy.broker.broker import Broker
+from eddy.broker.handlers import cluster_metadata
 from eddy.log.manager import Topic, validate_topic_name
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
@@ -54,6 +55,8 @@ def _error_entry(mod: Any, name: str | None, topic_id: uuid.UUID | None, code: E
 
 
 async def handle(broker: Broker, req: Request) -> Any:
+    if broker.cluster is not None:
+        return await cluster_metadata.handle(broker, req)
     body = req.body
     version = req.api_version
     mod = response_module(ApiKey.METADATA, version)

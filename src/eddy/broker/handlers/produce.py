@@ -116,6 +116,10 @@ async def handle(broker: Broker, req: Request) -> Any:
                 parts.append((pd.index, ErrorCode.unknown_topic_or_partition, -1, -1,
                               f"unknown topic or partition {name}-{pd.index}", -1))
                 continue
+            if (refused := broker.partition_error(name, pd.index)) is not None:
+                parts.append((pd.index, refused, -1, -1,
+                              f"node {broker.node_id} does not lead {name}-{pd.index}", -1))
+                continue
             if topic is not None and topic.is_internal:
                 parts.append((pd.index, ErrorCode.invalid_topic_exception, -1, -1,
                               f"cannot append to internal topic {name}", -1))

@@ -33,6 +33,7 @@ __all__ = [
     "MetadataCommand",
     "RegisterBroker",
     "RegisterPipeline",
+    "SetClusterId",
     "UnfenceBroker",
     "UnregisterBroker",
     "UpsertScramUser",
@@ -220,6 +221,15 @@ class DeletePipeline:
     name: str
 
 
+@dataclass(frozen=True, slots=True)
+class SetClusterId:
+    """The cluster's id (what Metadata and DescribeCluster answer), set once by the first
+    controller; setting it again to the same value changes nothing, to another is refused."""
+
+    VARIANT: ClassVar[int] = 19
+    cluster_id: str
+
+
 MetadataCommand = (
     RegisterBroker
     | UnregisterBroker
@@ -240,6 +250,7 @@ MetadataCommand = (
     | DeleteAcl
     | RegisterPipeline
     | DeletePipeline
+    | SetClusterId
 )
 
 def encode_command(command: MetadataCommand) -> bytes:

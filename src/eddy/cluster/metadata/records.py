@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from eddy.mesh.postcard import I8, I32, I64, U8
 
 #: the snapshot format this code writes and reads
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2  # 2: cluster_id
 #: ``PartitionRecord.leader`` when the partition has no leader (offline)
 NO_LEADER = -1
 
@@ -105,3 +105,4 @@ class MetadataSnapshot:
     scram_users: tuple[ScramCredential, ...]
     acls: tuple[AclBinding, ...]
     pipelines: tuple[PipelineRecord, ...]
+    cluster_id: str

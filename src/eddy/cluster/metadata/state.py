@@ -32,6 +32,7 @@ from eddy.cluster.metadata.commands import (
     MetadataCommand,
     RegisterBroker,
     RegisterPipeline,
+    SetClusterId,
     UnfenceBroker,
     UnregisterBroker,
     UpsertScramUser,
@@ -54,6 +55,9 @@ from eddy.log.config import TopicConfig
 from eddy.mesh import postcard
 from eddy.mesh.postcard import PostcardError
 from eddy.protocol.errors import ErrorCode
+
+#: the longest cluster id accepted (Kafka's are 22 characters)
+MAX_CLUSTER_ID = 64
 
 
 class MetadataSnapshotError(ValueError):
@@ -81,6 +85,7 @@ _HANDLERS: dict[type, _Handler] = {
     DeleteAcl: security.delete_acl,
     RegisterPipeline: security.register_pipeline,
     DeletePipeline: security.delete_pipeline,
+    SetClusterId: lambda s, c: s.set_cluster_id(c),
 }
 
 
@@ -99,6 +104,17 @@ class MetadataState:
         self.scram_users: dict[tuple[str, int], ScramCredential] = {}
         self.acls: set[AclBinding] = set()
         self.pipelines: dict[str, PipelineRecord] = {}
+        self.cluster_id = ""
+
+    def set_cluster_id(self, cmd: SetClusterId) -> None:
+        if not 1 <= len(cmd.cluster_id) <= MAX_CLUSTER_ID:
+            raise Rejected(ErrorCode.invalid_request,
+                           f"cluster_id: {len(cmd.cluster_id)} characters, expected 1 to "
+                           f"{MAX_CLUSTER_ID}")
+        if self.cluster_id and self.cluster_id != cmd.cluster_id:
+            raise Rejected(ErrorCode.invalid_request,
+                           f"cluster_id: the cluster is already {self.cluster_id!r}")
+        self.cluster_id = cmd.cluster_id
 
     # -- applying ----------------------------------------------------------------------------
     def apply(self, command: MetadataCommand) -> ApplyResult:
@@ -252,6 +268,7 @@ class MetadataState:
             scram_users=tuple(self.scram_credentials()),
             acls=tuple(self.acl_bindings()),
             pipelines=tuple(self.pipeline_list()),
+            cluster_id=self.cluster_id,
         )
 
     def snapshot(self) -> bytes:
@@ -293,6 +310,9 @@ class MetadataState:
             state.scram_users[(cred.user, cred.mechanism)] = cred
         state.acls = set(snap.acls)
         state.pipelines = {p.name: p for p in snap.pipelines}
+        if len(snap.cluster_id) > MAX_CLUSTER_ID:
+            raise MetadataSnapshotError("snapshot.cluster_id: too long")
+        state.cluster_id = snap.cluster_id
         if (len(state.scram_users), len(state.acls), len(state.pipelines)) != (
             len(snap.scram_users), len(snap.acls), len(snap.pipelines)
         ):
@@ -302,5 +322,5 @@ class MetadataState:
 
 _STATE_FIELDS = (
     "brokers", "topics", "topic_ids", "topic_collisions", "broker_configs",
-    "next_producer_id", "scram_users", "acls", "pipelines",
+    "next_producer_id", "scram_users", "acls", "pipelines", "cluster_id",
 )

@@ -1,0 +1,45 @@
+"""What CreateTopics and CreatePartitions answers share, clustered or not."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from eddy.log.config import TOPIC_CONFIGS
+from eddy.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from eddy.broker.broker import Broker
+
+CONFIG_SOURCE_DEFAULT = 5
+CONFIG_SOURCE_TOPIC = 1
+CONFIG_SOURCE_STATIC_BROKER = 4
+#: the most partitions one CreateTopics or CreatePartitions request may add (Kafka 4.0)
+MAX_PARTITIONS_PER_REQUEST = 10_000
+
+
+def too_many_partitions(total: int) -> KafkaError | None:
+    """Kafka (KAFKA-17870) fails a whole request that would create more than 10,000
+    partitions: creating them one by one would hold the broker for minutes."""
+    if total <= MAX_PARTITIONS_PER_REQUEST:
+        return None
+    return KafkaError(ErrorCode.policy_violation,
+                      f"Excessively large number of partitions per request ({total}, at "
+                      f"most {MAX_PARTITIONS_PER_REQUEST}).")
+
+
+def created_configs(broker: Broker, mod: Any, overrides: dict[str, str]) -> tuple[Any, ...]:
+    """CreateTopics v5+: every config of the new topic and where its value comes from."""
+    if not hasattr(mod, "CreatableTopicConfigs"):
+        return ()
+    return tuple(
+        mod.CreatableTopicConfigs(
+            name=name,
+            value=overrides.get(name, broker.logs.defaults.get(name, d.default)),
+            read_only=False,
+            config_source=(CONFIG_SOURCE_TOPIC if name in overrides else
+                           CONFIG_SOURCE_STATIC_BROKER if name in broker.logs.defaults
+                           else CONFIG_SOURCE_DEFAULT),
+            is_sensitive=False,
+        )
+        for name, d in sorted(TOPIC_CONFIGS.items())
+    )
