@@ -17,6 +17,14 @@ A proposal resolves with the state machine's answer once its entry is applied wi
 it was proposed in; an entry replaced by another leader's fails it with ``ProposalDropped``;
 ``WriteTimeout`` after ``write_timeout_ms`` (seed 004: 30 s); a write slower than
 ``slow_write_ms`` (seed 004: 1 s) logs a warning.
+
+``change_membership`` goes the same way: one single-server change (add a voter, add a
+learner, remove a node; adding a voter that is a learner promotes it) at a time, resolved
+with the membership it made once its entry is applied here. The core takes a change on when
+it applies it; a leader that removed itself steps down right then, and the remaining voters
+elect one of theirs an election timeout later. The Ready handling lives in ``driver_ready``,
+the public types in ``driver_types`` and the store helpers in ``bootstrap``: all are
+importable from here.
 """
 
 from __future__ import annotations
@@ -27,113 +35,61 @@ import itertools
 import logging
 import random
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
 from eddy.clock import Clock
+from eddy.cluster.raft.bootstrap import Store, bootstrap, is_empty, stored_snapshot
 from eddy.cluster.raft.core import RaftNode
-from eddy.cluster.raft.memstore import MemoryLogStore
+from eddy.cluster.raft.driver_ready import ReadyHandling
+from eddy.cluster.raft.driver_types import (
+    MAX_INBOX,
+    MAX_PENDING_PROPOSALS,
+    DriverStats,
+    DriverStopped,
+    RaftStatus,
+    StateMachine,
+    WriteTimeout,
+)
 from eddy.cluster.raft.messages import (
-    InstallSnapshot,
+    CONF_ADD_LEARNER,
+    CONF_ADD_VOTER,
+    CONF_REMOVE_NODE,
+    ConfChange,
     RaftMessage,
     RaftMessageError,
-    encode_message,
 )
 from eddy.cluster.raft.ready import (
+    ConfChangeError,
     NotLeader,
     ProposalDropped,
     RaftConfig,
-    Ready,
     Role,
     SoftState,
 )
 from eddy.cluster.raft.storage import RaftStorage, RaftStorageError
-from eddy.cluster.raft.types import ENTRY_NORMAL, ConfState, HardState, Snapshot
+from eddy.cluster.raft.types import ConfState
 from eddy.cluster.raft_transport import RaftTransport
+
+__all__ = [
+    "CONF_ADD_LEARNER", "CONF_ADD_VOTER", "CONF_KINDS", "CONF_REMOVE_NODE", "MAX_INBOX",
+    "MAX_PENDING_PROPOSALS", "ConfChangeError", "DriverStats", "DriverStopped", "RaftDriver",
+    "RaftStatus", "StateMachine", "Store", "WriteTimeout", "bootstrap", "is_empty",
+    "stored_snapshot",
+]
+
+_T = TypeVar("_T")
+
+#: ConfChange kinds by name (the CLI's words), and each kind's name for messages
+CONF_KINDS = {"add-voter": CONF_ADD_VOTER, "add-learner": CONF_ADD_LEARNER,
+              "remove": CONF_REMOVE_NODE}
+_KIND_NAMES = {k: n for n, k in CONF_KINDS.items()}
 
 log = logging.getLogger(__name__)
 
-Store = RaftStorage | MemoryLogStore
 
-#: bounds on what waits for the loop (beyond them: dropped messages, refused proposals)
-MAX_INBOX = 8192
-MAX_PENDING_PROPOSALS = 65536
-
-
-class StateMachine(Protocol):
-    def apply(self, index: int, data: bytes) -> Any:
-        """Apply a committed command; the result goes to its proposer (if on this node)."""
-        ...
-
-    def snapshot(self) -> bytes:
-        """The whole state, encoded (taken at the applied index)."""
-        ...
-
-    def restore(self, data: bytes) -> None:
-        """Replace the whole state with a snapshot's."""
-        ...
-
-
-class WriteTimeout(TimeoutError):
-    """A proposal was not applied within the write timeout (no quorum, or a slow disk)."""
-
-
-class DriverStopped(ProposalDropped):
-    """The driver stopped before the proposal's outcome was known."""
-
-
-@dataclass
-class DriverStats:
-    readies: int = 0
-    fsyncs: int = 0
-    entries_persisted: int = 0
-    applied: int = 0
-    snapshots: int = 0
-    dropped_messages: int = 0
-    slow_writes: int = 0
-
-
-@dataclass(frozen=True)
-class RaftStatus:
-    """What ``eddy cluster status`` shows for a group (lag: leader only)."""
-
-    group: str
-    node_id: int
-    role: str
-    leader: int
-    term: int
-    commit_index: int
-    applied_index: int
-    voters: tuple[int, ...]
-    learners: tuple[int, ...]
-    lag: dict[int, int] = field(default_factory=dict)
-
-
-def is_empty(store: Store) -> bool:
-    hs, cs = store.initial_state()
-    return (hs == HardState() and not cs.voters and not cs.learners
-            and store.last_index() == 0 and store.snapshot_meta().index == 0)
-
-
-def bootstrap(store: Store, voters: Sequence[int]) -> bool:
-    """Give an empty store its initial membership (durably); False when not empty."""
-    if not is_empty(store):
-        return False
-    if not voters or any(v <= 0 for v in voters):
-        raise ValueError(f"bad initial voters {list(voters)}")
-    store.set_conf_state(ConfState(tuple(sorted(set(voters)))))
-    if isinstance(store, RaftStorage):
-        store.sync()
-    return True
-
-
-def stored_snapshot(store: Store) -> Snapshot | None:
-    return store.snapshot() if isinstance(store, RaftStorage) else store.snapshot
-
-
-class RaftDriver:
+class RaftDriver(ReadyHandling):
     def __init__(self, group: str, node_id: int, store: Store, transport: RaftTransport,
                  config: RaftConfig, state_machine: StateMachine, clock: Clock, *,
                  write_timeout_ms: int = 30_000, slow_write_ms: int = 1_000,
@@ -159,6 +115,10 @@ class RaftDriver:
         self._reads: deque[tuple[bytes, asyncio.Future[int]]] = deque()
         self._reads_retry: list[tuple[bytes, asyncio.Future[int]]] = []
         self._actions: deque[tuple[str, int, bool]] = deque()  # reports and transfers
+        self._confs: deque[tuple[ConfChange, asyncio.Future[Any]]] = deque()
+        self._confs_retry: list[tuple[ConfChange, asyncio.Future[Any]]] = []
+        self._conf_fut: asyncio.Future[Any] | None = None  # the change in flight from here
+        self._conf_index = 0  # the entry of the last change proposed here
         self._pending: dict[int, tuple[int, asyncio.Future[Any]]] = {}  # index -> term, fut
         self._read_waits: dict[bytes, asyncio.Future[int]] = {}
         self._read_ready: list[tuple[int, asyncio.Future[int]]] = []  # until applied
@@ -269,10 +229,38 @@ class RaftDriver:
         self._check_usable()
         if len(self._proposals) + len(self._pending) >= MAX_PENDING_PROPOSALS:
             raise ProposalDropped(f"raft group {self.group}: too many proposals pending")
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._proposals.append((data, fut))
         self._wake.set()
+        return await self._await_applied(fut, "write")
+
+    async def change_membership(self, kind: int, node_id: int) -> ConfState:
+        """Add a voter (``CONF_ADD_VOTER``; a learner is promoted), add a learner
+        (``CONF_ADD_LEARNER``) or remove a node (``CONF_REMOVE_NODE``). Returns the
+        membership once the change is applied here. ``NotLeader`` off the leader,
+        ``ConfChangeError`` for a change that cannot be made (another one in flight, the
+        last voter, an unknown kind...), ``WriteTimeout`` like ``propose``."""
+        what = _KIND_NAMES.get(kind)
+        if what is None:
+            raise ConfChangeError(f"raft group {self.group}: unknown membership change kind "
+                                  f"{kind} (known: {sorted(_KIND_NAMES)})")
+        if node_id <= 0:
+            raise ConfChangeError(f"raft group {self.group}: bad node id {node_id}")
+        self._check_usable()
+        if self._conf_fut is not None and not self._conf_fut.done():
+            raise ConfChangeError(f"raft group {self.group}: another membership change is in "
+                                  f"flight: wait for it before {what} {node_id}")
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._conf_fut = fut
+        self._confs.append((ConfChange(kind, node_id), fut))
+        self._wake.set()
+        cs: ConfState = await self._await_applied(fut, f"membership change ({what} {node_id})")
+        return cs
+
+    async def _await_applied(self, fut: asyncio.Future[_T], what: str) -> _T:
+        """Wait for the loop to resolve ``fut`` (an entry applied), at most the write
+        timeout; warn above the slow-write threshold."""
+        loop = asyncio.get_running_loop()
         started = loop.time()
         try:
             async with asyncio.timeout(self.write_timeout_ms / 1000):
@@ -280,14 +268,14 @@ class RaftDriver:
         except TimeoutError:
             self.stats.slow_writes += 1
             raise WriteTimeout(
-                f"raft group {self.group}: write not applied within {self.write_timeout_ms}"
+                f"raft group {self.group}: {what} not applied within {self.write_timeout_ms}"
                 f" ms (write timeout; leader hint {self.leader or 'unknown'}; no quorum?)"
             ) from None
         elapsed_ms = (loop.time() - started) * 1000
         if elapsed_ms > self.slow_write_ms:
             self.stats.slow_writes += 1
-            log.warning("raft group %s: slow write, %.0f ms (warning above %d ms)", self.group,
-                        elapsed_ms, self.slow_write_ms)
+            log.warning("raft group %s: slow %s, %.0f ms (warning above %d ms)", self.group,
+                        what, elapsed_ms, self.slow_write_ms)
         return result
 
     async def read_barrier(self) -> int:
@@ -335,6 +323,8 @@ class RaftDriver:
                     await self._handle(node, rd)
                     self._reads.extend(self._reads_retry)
                     self._reads_retry.clear()
+                    self._confs.extend(self._confs_retry)
+                    self._confs_retry.clear()
                 await asyncio.sleep(0)  # never hog the loop, even with work queued
         except asyncio.CancelledError:
             raise
@@ -345,7 +335,8 @@ class RaftDriver:
             self._fail_all(DriverStopped(f"raft group {self.group}: driver failed: {exc}"))
 
     def _has_input(self) -> bool:
-        return bool(self._inbox or self._proposals or self._reads or self._actions)
+        return bool(self._inbox or self._proposals or self._reads or self._actions
+                    or self._confs)
 
     def _drain(self, node: RaftNode) -> None:
         while self._actions:
@@ -391,138 +382,43 @@ class RaftDriver:
                 self._reads_retry.append((ctx, rfut))
                 continue
             self._read_waits[ctx] = rfut
+        while self._confs:
+            cc, cfut = self._confs.popleft()
+            if not cfut.done():
+                self._propose_conf(node, cc, cfut)
 
-    async def _handle(self, node: RaftNode, rd: Ready) -> None:
-        self.stats.readies += 1
-        if rd.soft_state is not None:
-            if self.on_soft_state is not None:
-                try:
-                    self.on_soft_state(rd.soft_state)
-                except Exception:
-                    log.exception("raft group %s: on_soft_state failed", self.group)
-            for ctx, rfut in list(self._read_waits.items()):  # reads need the same leader
-                if rd.soft_state.role != Role.LEADER and not rfut.done():
-                    rfut.set_exception(NotLeader(rd.soft_state.leader))
-                    del self._read_waits[ctx]
-        self._send_all(rd.messages)
-        await self._persist(rd)
-        self._send_all(rd.persisted_messages)
-        self._apply(rd)
-        node.advance(rd)
-        if rd.request_snapshot or node.applied - self._snap_index >= self.snapshot_every:
-            await self._compact(node)
-
-    def _send_all(self, msgs: Sequence[RaftMessage]) -> None:
-        for m in msgs:
-            peer = m.dst
-            if isinstance(m, InstallSnapshot):
-                def done(ok: bool, peer: int = peer) -> None:
-                    self._report("snapshot", peer, ok)
-            else:
-                def done(ok: bool, peer: int = peer) -> None:
-                    if not ok:
-                        self._report("unreachable", peer, False)
-            self.transport.send(peer, encode_message(m), done)
-
-    async def _persist(self, rd: Ready) -> None:
-        hs = rd.hard_state
-        vote_changed = hs is not None and (hs.term, hs.vote) != self._synced_vote
-        if not (rd.snapshot or rd.entries or rd.conf_state or vote_changed):
-            if hs is not None:
-                self.store.set_hard_state(hs)  # commit only: rides the next fsync
+    def _propose_conf(self, node: RaftNode, cc: ConfChange, fut: asyncio.Future[Any]) -> None:
+        what = f"{_KIND_NAMES.get(cc.kind, cc.kind)} {cc.node_id}"
+        if node.role == Role.LEADER:
+            if node.log.term(node.applied) != node.term:
+                # a new leader takes changes once its first entry is applied (and with it
+                # every change an earlier leader left in the log): try after the next Ready
+                self._confs_retry.append((cc, fut))
+                return
+            if self._conf_index > node.applied:
+                # ours, not applied yet (it may have timed out at its caller)
+                fut.set_exception(ConfChangeError(
+                    f"raft group {self.group}: the membership change at index "
+                    f"{self._conf_index} is not applied yet: wait for it before {what}"))
+                return
+        try:
+            index = node.propose_conf_change(cc)
+        except ConfChangeError as exc:
+            fut.set_exception(ConfChangeError(f"raft group {self.group}: {what}: {exc}"))
             return
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._write, rd)
-        self.stats.fsyncs += 1
-        self.stats.entries_persisted += len(rd.entries)
-        if hs is not None:
-            self._synced_vote = (hs.term, hs.vote)
-
-    def _write(self, rd: Ready) -> None:
-        """In the executor thread: the Ready's writes in Ready's order, then one sync."""
-        store = self.store
-        if rd.snapshot is not None:
-            store.install_snapshot(rd.snapshot)
-        if rd.entries:
-            store.append(rd.entries)
-        if rd.hard_state is not None:
-            store.set_hard_state(rd.hard_state)
-        if rd.conf_state is not None:
-            store.set_conf_state(rd.conf_state)
-        if isinstance(store, RaftStorage):
-            store.sync()
-
-    def _apply(self, rd: Ready) -> None:
-        if rd.snapshot is not None:
-            index = rd.snapshot.meta.index
-            self.sm.restore(rd.snapshot.data)
-            self._snap_index = index
-            for i in [i for i in self._pending if i <= index]:
-                _, fut = self._pending.pop(i)
-                if not fut.done():
-                    fut.set_exception(ProposalDropped(
-                        f"raft group {self.group}: entry {i} replaced by a snapshot from the "
-                        f"leader: outcome unknown"))
-        for e in rd.committed_entries:
-            result: Any = None
-            error: BaseException | None = None
-            if e.kind == ENTRY_NORMAL:
-                try:
-                    result = self.sm.apply(e.index, e.data)
-                except Exception as exc:  # the state machine refused it, on every node alike
-                    error = exc
-                self.stats.applied += 1
-            waiting = self._pending.pop(e.index, None)
-            if waiting is None or waiting[1].done():
-                continue
-            term, fut = waiting
-            if term != e.term:
-                fut.set_exception(ProposalDropped(
-                    f"raft group {self.group}: entry {e.index} was replaced by a new leader's"))
-            elif error is not None:
-                fut.set_exception(error)
-            else:
-                fut.set_result(result)
-        applied = rd.committed_entries[-1].index if rd.committed_entries else 0
-        if rd.snapshot is not None:
-            applied = max(applied, rd.snapshot.meta.index)
-        for rs in rd.read_states:
-            rfut = self._read_waits.pop(rs.ctx, None)
-            if rfut is not None:
-                self._read_ready.append((rs.index, rfut))
-        if self._read_ready:
-            done_to = max(applied, self._node().applied)
-            keep = []
-            for index, rfut in self._read_ready:
-                if rfut.done():
-                    continue
-                if index <= done_to:
-                    rfut.set_result(index)
-                else:
-                    keep.append((index, rfut))
-            self._read_ready = keep
-
-    async def _compact(self, node: RaftNode) -> None:
-        index = node.applied
-        if index <= self._snap_index or index < self.store.first_index() - 1:
+        except ProposalDropped as exc:  # NotLeader, or a leadership transfer under way
+            fut.set_exception(exc)
             return
-        snap = node.compact(index, self.sm.snapshot())
-        store = self.store
-
-        def write() -> None:
-            if isinstance(store, RaftStorage):
-                store.compact(index, snap)
-            else:
-                store.compact(snap)
-
-        await asyncio.get_running_loop().run_in_executor(self._executor, write)
-        self._snap_index = index
-        self.stats.snapshots += 1
+        self._conf_index = index
+        self._pending[index] = (node.term, fut)
+        log.info("raft group %s: proposed membership change %s at index %d", self.group,
+                 what, index)
 
     def _fail_all(self, exc: ProposalDropped) -> None:
         futs: list[asyncio.Future[Any]] = [f for _, f in self._proposals]
         futs += [f for _, f in self._pending.values()]
         futs += [f for _, f in (*self._reads, *self._reads_retry, *self._read_ready)]
+        futs += [f for _, f in (*self._confs, *self._confs_retry)]
         futs += list(self._read_waits.values())
         for fut in futs:
             if not fut.done():
@@ -533,3 +429,5 @@ class RaftDriver:
         self._reads_retry.clear()
         self._read_waits.clear()
         self._read_ready.clear()
+        self._confs.clear()
+        self._confs_retry.clear()
