@@ -23,6 +23,7 @@ from eddy.broker.handlers import (
     metadata,
     produce,
     producer_id,
+    quorum,
     transactions,
 )
 from eddy.broker.memory_pool import MemoryPool
@@ -65,6 +66,7 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.DELETE_TOPICS: admin.delete_topics,
     ApiKey.CREATE_PARTITIONS: admin.create_partitions,
     ApiKey.DESCRIBE_CLUSTER: admin.describe_cluster,
+    ApiKey.DESCRIBE_QUORUM: quorum.describe_quorum,
     ApiKey.FIND_COORDINATOR: coordinator.find_coordinator,
     ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
     ApiKey.ALTER_CONFIGS: configs.alter_configs,

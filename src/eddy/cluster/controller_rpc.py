@@ -24,7 +24,10 @@ __all__ = [
     "DeleteTopicRequest",
     "HeartbeatRequest",
     "ProposeRequest",
+    "QuorumRequest",
+    "QuorumStatus",
     "RegisterRequest",
+    "ReplicaProgress",
     "decode_reply",
     "decode_request",
 ]
@@ -98,6 +101,31 @@ class AllocateProducerIdsRequest:
     count: I32
 
 
+@dataclass(frozen=True, slots=True)
+class QuorumRequest:
+    """DescribeQuorum, answered by the metadata group's leader (``quorum`` of the reply)."""
+
+    VARIANT: ClassVar[int] = 7
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaProgress:
+    """A voter or observer as the leader sees it: ``log_end`` is what it has of the log
+    (the leader's own last index for itself), -1 when unknown."""
+
+    node_id: I32
+    log_end: I64
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumStatus:
+    leader: I32
+    term: I64
+    high_watermark: I64
+    voters: tuple[ReplicaProgress, ...]
+    observers: tuple[ReplicaProgress, ...]
+
+
 ControllerRequest = (
     RegisterRequest
     | HeartbeatRequest
@@ -106,6 +134,7 @@ ControllerRequest = (
     | CreatePartitionsRequest
     | ProposeRequest
     | AllocateProducerIdsRequest
+    | QuorumRequest
 )
 
 
@@ -113,7 +142,8 @@ ControllerRequest = (
 class ControllerReply:
     """``error_code`` 0: done. NOT_CONTROLLER: ask ``controller`` (-1: unknown) instead.
     ``value``: the new broker epoch, the first producer id... ``topic_id``: of a created
-    topic. ``delete_topics``: storage GC's orders to the heartbeating broker."""
+    topic. ``delete_topics``: storage GC's orders to the heartbeating broker. ``quorum``:
+    the answer to a ``QuorumRequest``."""
 
     error_code: I16
     message: str | None
@@ -122,13 +152,15 @@ class ControllerReply:
     topic_id: bytes | None
     fenced: bool
     delete_topics: tuple[bytes, ...]
+    quorum: QuorumStatus | None
 
 
 def reply(error_code: int = 0, message: str | None = None, *, controller: int = -1,
           value: int = 0, topic_id: bytes | None = None, fenced: bool = False,
-          delete_topics: tuple[bytes, ...] = ()) -> ControllerReply:
+          delete_topics: tuple[bytes, ...] = (), quorum: QuorumStatus | None = None
+          ) -> ControllerReply:
     return ControllerReply(error_code, message, controller, value, topic_id, fenced,
-                           delete_topics)
+                           delete_topics, quorum)
 
 
 def decode_request(data: bytes) -> ControllerRequest:

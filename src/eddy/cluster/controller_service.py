@@ -26,7 +26,10 @@ from eddy.cluster.controller_rpc import (
     DeleteTopicRequest,
     HeartbeatRequest,
     ProposeRequest,
+    QuorumRequest,
+    QuorumStatus,
     RegisterRequest,
+    ReplicaProgress,
     decode_request,
     reply,
 )
@@ -241,6 +244,8 @@ class ControllerService:
         c = self.controller
         if isinstance(request, RegisterRequest):
             return await self._register(peer, request)
+        if isinstance(request, QuorumRequest):
+            return reply(controller=self.node_id, quorum=self.quorum_status())
         if isinstance(request, HeartbeatRequest):
             self._check_sender(peer, request.node_id)
             commands = c.on_heartbeat(request.node_id, request.epoch, now)
@@ -286,6 +291,23 @@ class ControllerService:
                                       "controller's own")
             return self._result(await self.propose(asked))
         raise ControllerError(ErrorCode.invalid_request, "unknown request")
+
+    def quorum_status(self) -> QuorumStatus:
+        """The metadata group as its leader sees it (DescribeQuorum)."""
+        node = self.driver.node
+        if node is None:
+            raise ControllerError(ErrorCode.not_controller, "the metadata group is not running")
+        last = node.log.last_index()
+
+        def progress(peer: int) -> ReplicaProgress:
+            if peer == self.node_id:
+                return ReplicaProgress(peer, last)
+            pr = node.progress(peer)
+            return ReplicaProgress(peer, -1 if pr is None else pr.match)
+
+        return QuorumStatus(node.leader, node.term, node.commit,
+                            tuple(progress(v) for v in sorted(node.voters)),
+                            tuple(progress(v) for v in sorted(node.learners)))
 
     async def _register(self, peer: bytes, request: RegisterRequest) -> ControllerReply:
         state = self.machine.state

@@ -36,6 +36,7 @@ class ApiKey(IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
+    DESCRIBE_QUORUM = 55
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -82,6 +83,7 @@ SUPPORTED: dict[ApiKey, VersionRange] = {
     ApiKey.ALTER_CONFIGS: VersionRange(0, 2),
     ApiKey.DESCRIBE_LOG_DIRS: VersionRange(1, 4),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
+    ApiKey.DESCRIBE_QUORUM: VersionRange(0, 2),
     ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 1),
     ApiKey.DESCRIBE_PRODUCERS: VersionRange(0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: VersionRange(0, 0),
@@ -119,6 +121,7 @@ FIRST_FLEXIBLE: dict[ApiKey, int] = {
     ApiKey.ALTER_CONFIGS: 2,
     ApiKey.DESCRIBE_LOG_DIRS: 2,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
+    ApiKey.DESCRIBE_QUORUM: 0,
     ApiKey.DESCRIBE_CLUSTER: 0,
     ApiKey.DESCRIBE_PRODUCERS: 0,
     ApiKey.DESCRIBE_TRANSACTIONS: 0,
