@@ -19,13 +19,16 @@ from eddy.cluster.controller_rpc import (
     DeleteTopicRequest,
     HeartbeatRequest,
     ProposeRequest,
+    QuorumRequest,
     RegisterRequest,
 )
 from eddy.cluster.metadata import encode_command
 from eddy.cluster.metadata.commands import AlterTopicConfigs, FenceBroker
 from eddy.cluster.metadata.records import ConfigEntry
+from eddy.cluster.raft_admin import TRANSFER, ClusterRaftAdmin
 from eddy.cluster.service import ClusterService
 from eddy.config import load_config
+from eddy.mesh.control import RaftChangeRequest
 from eddy.mesh.identity import NodeIdentity
 from eddy.mesh.service import MeshService
 from eddy.protocol.errors import ErrorCode
@@ -54,12 +57,13 @@ class Cluster:
         self.tmp = tmp
         self.meshes: dict[int, MeshService] = {}
         self.nodes: dict[int, ClusterService] = {}
-        self.deleted: dict[int, list[bytes]] = {i: [] for i in IDS}
+        self.deleted: dict[int, list[bytes]] = {i: [] for i in (*IDS, 4)}
 
     async def start(self, i: int) -> ClusterService:
         cfg = load_config(env={}, overrides={
             "node_id": i, "data_dir": str(self.tmp / f"n{i}"),
-            "process.roles": "broker,controller", "controller.quorum.voters": self.voters,
+            "process.roles": "broker,controller" if i in IDS else "broker",
+            "controller.quorum.voters": self.voters,
             "mesh.ping.interval.ms": 100, "mesh.ping.max.unacked": 3})
         mesh = MeshService(cfg, NodeIdentity.load_or_create(cfg.data_dir), WallClock(),
                            ("127.0.0.1", 9000 + i), random.Random(i))
@@ -164,6 +168,63 @@ def test_brokers_register_topics_place_and_the_controller_fails_over(tmp_path: P
             back = await c.start(dead)
             await until(lambda: new.state.is_live(dead), 15, "the restarted broker unfenced")
             assert back.agent is not None and back.agent.epoch >= 2
+        finally:
+            await c.stop()
+
+    asyncio.run(go())
+
+
+def test_a_broker_outside_the_quorum_joins_as_a_learner_and_operators_move_leadership(
+        tmp_path: Path) -> None:
+    async def go() -> None:
+        c = Cluster(tmp_path)
+        try:
+            for i in IDS:
+                await c.start(i)
+            await until(lambda: c.controller() is not None, 20, "one controller")
+            first = c.controller()
+            assert first is not None
+            await until(lambda: len(first.state.live_brokers()) == 3, 20, "3 brokers")
+            created = await first.ask(CreateTopicRequest("early", 4, 1, (), False), 10)
+            assert created.error_code == ErrorCode.none
+
+            # node 4 is no voter: it registers, becomes a learner and replicates the state
+            learner = await c.start(4)
+            await until(lambda: learner.state.topic("early") is not None, 20,
+                        "the learner has the topics created before it joined")
+            await until(lambda: all(n.state.is_live(4) for n in c.nodes.values()), 20,
+                        "node 4 registered and unfenced everywhere")
+            status = {s.group: s for s in learner.raft_status()}["metadata"]
+            assert status.role == "follower" and status.learners == (4,)
+            assert status.voters == IDS
+            placed = await learner.ask(CreateTopicRequest("wide", 8, 4, (), False), 10)
+            assert placed.error_code == ErrorCode.none
+            await until(lambda: learner.state.topic("wide") is not None, 10, "wide here")
+            wide = learner.state.topic("wide")
+            assert wide is not None and all(len(p.replicas) == 4 for p in wide.partitions)
+
+            # DescribeQuorum's source: the leader's view of every voter and the learner
+            quorum = (await learner.ask(QuorumRequest(), 10)).quorum
+            assert quorum is not None and quorum.leader == first.node_id
+            assert [r.node_id for r in quorum.voters] == list(IDS)
+            assert [r.node_id for r in quorum.observers] == [4]
+            assert all(r.log_end > 0 for r in (*quorum.voters, *quorum.observers))
+
+            # operators: transfer leadership; a follower names the leader; bad requests
+            target = next(i for i in IDS if i != first.node_id)
+            admin = ClusterRaftAdmin(c.nodes[target].multi)
+            refused = await admin.change(RaftChangeRequest("metadata", TRANSFER, target))
+            assert refused.error is not None and refused.leader == first.node_id
+            assert (await admin.change(RaftChangeRequest("nope", TRANSFER, 1))).error
+            leader_admin = ClusterRaftAdmin(first.multi)
+            bad = await leader_admin.change(RaftChangeRequest("metadata", "explode", 2))
+            assert bad.error is not None and "action" in bad.error
+            moved = await leader_admin.change(RaftChangeRequest("metadata", TRANSFER, target))
+            assert moved.error is None and moved.leader == target
+            await until(lambda: c.controller() is c.nodes[target], 10,
+                        "the controller follows the leadership")
+            assert (await learner.ask(CreateTopicRequest("later", 1, 1, (), False), 10)
+                    ).controller == target
         finally:
             await c.stop()
 

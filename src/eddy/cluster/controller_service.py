@@ -51,8 +51,14 @@ from eddy.cluster.metadata.commands import (
     UpsertScramUser,
 )
 from eddy.cluster.placement import HashRing
-from eddy.cluster.raft.driver import RaftDriver, WriteTimeout
-from eddy.cluster.raft.ready import NotLeader, ProposalDropped, Role, SoftState
+from eddy.cluster.raft.driver import CONF_ADD_LEARNER, RaftDriver, WriteTimeout
+from eddy.cluster.raft.ready import (
+    ConfChangeError,
+    NotLeader,
+    ProposalDropped,
+    Role,
+    SoftState,
+)
 from eddy.mesh import postcard
 from eddy.mesh.frames import Frame
 from eddy.mesh.postcard import PostcardError
@@ -80,6 +86,7 @@ class ControllerService:
         self._activating: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._adding: asyncio.Future[None] | None = None
         self._previous_hook = driver.on_soft_state
         driver.on_soft_state = self._on_soft_state
 
@@ -250,6 +257,7 @@ class ControllerService:
             self._check_sender(peer, request.node_id)
             commands = c.on_heartbeat(request.node_id, request.epoch, now)
             c.report_hosted(request.node_id, request.hosted)
+            self._ensure_member(request.node_id)
             if commands:
                 await self.propose_all(commands)
             broker = self.machine.state.broker(request.node_id)
@@ -291,6 +299,24 @@ class ControllerService:
                                       "controller's own")
             return self._result(await self.propose(asked))
         raise ControllerError(ErrorCode.invalid_request, "unknown request")
+
+    def _ensure_member(self, node_id: int) -> None:
+        """A registered broker outside the quorum becomes a learner of the metadata group
+        (its replica of the state); one change at a time, retried on its next heartbeat."""
+        node = self.driver.node
+        if node is None or node_id in node.voters or node_id in node.learners \
+                or self._adding is not None:
+            return
+        self._adding = asyncio.ensure_future(self._add_learner(node_id))
+
+    async def _add_learner(self, node_id: int) -> None:
+        try:
+            await self.driver.change_membership(CONF_ADD_LEARNER, node_id)
+            log.info("broker %d added to the metadata group as a learner", node_id)
+        except (ConfChangeError, ProposalDropped, WriteTimeout) as exc:
+            log.info("adding broker %d as a learner: %s (retried)", node_id, exc)
+        finally:
+            self._adding = None
 
     def quorum_status(self) -> QuorumStatus:
         """The metadata group as its leader sees it (DescribeQuorum)."""

@@ -1,10 +1,11 @@
 """``ClusterService``: a node's part in the metadata service (seed 004).
 
-On a voter of ``controller.quorum.voters`` it runs the ``metadata`` Raft group (multi-Raft,
-over the mesh) with the metadata state as its state machine, and the controller whenever
-this node leads that group. On a broker it also runs the agent that registers and
-heartbeats, and offers the Kafka handlers what they need: the replicated state, the
-controller's id, and requests to the controller.
+Every node runs the ``metadata`` Raft group (multi-Raft, over the mesh) with the metadata
+state as its state machine: the voters of ``controller.quorum.voters`` as voters (and the
+controller runs on whichever leads it), every other broker as a learner the controller
+adds when it registers, so each node holds a replica of the state. On a broker it also runs
+the agent that registers and heartbeats, and offers the Kafka handlers what they need: the
+replicated state, the controller's id, and requests to the controller.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from eddy.cluster.machine import MetadataMachine
 from eddy.cluster.metadata import MetadataState
 from eddy.cluster.multiraft import MultiRaft
 from eddy.cluster.raft.driver import RaftDriver, RaftStatus
+from eddy.cluster.raft_admin import ClusterRaftAdmin
 from eddy.cluster.raft_transport import MeshRaftTransport
-from eddy.config import BrokerConfig, ConfigError
+from eddy.config import BrokerConfig
 from eddy.mesh.frames import TAG_CONTROLLER
 from eddy.mesh.service import MeshService
 
@@ -50,11 +52,6 @@ class ClusterService:
         self.mesh = mesh
         self.clock = clock
         self.voters = config.quorum_voters
-        if self.node_id not in self.voters:
-            raise ConfigError(
-                f"node.id {self.node_id} is not in controller.quorum.voters: today every node "
-                "of a cluster is a voter of the metadata quorum (brokers joining as Raft "
-                "learners are not built yet)")
         self.machine = MetadataMachine()
         self.transport = MeshRaftTransport(mesh, self.node_id)
         for node_id, addr in self.voters.items():
@@ -90,8 +87,11 @@ class ClusterService:
                     on_delete: Callable[[list[bytes]], None] | None = None) -> None:
         """Start the metadata group (voters) and, with ``hosted``/``on_delete`` given (a
         broker), the agent that registers this node."""
-        self.metadata = await self.multi.add_group(METADATA_GROUP, sorted(self.voters),
-                                                   self.machine)
+        # a voter starts the group with the quorum as its first membership; any other node
+        # starts empty and waits for the controller to add it as a learner
+        initial = sorted(self.voters) if self.node_id in self.voters else []
+        self.metadata = await self.multi.add_group(METADATA_GROUP, initial, self.machine)
+        self.mesh.raft_admin = ClusterRaftAdmin(self.multi)
         self.controller = ControllerService(self.node_id, self.metadata, self.machine,
                                             controller_config(self.config), self.clock,
                                             self.local_cluster_id)

@@ -25,7 +25,34 @@ class PingRequest:
     interval_ms: U32
 
 
-ControlRequest = StatusRequest | PingRequest
+@dataclass(frozen=True, slots=True)
+class RaftChangeRequest:
+    """A change to Raft group ``group`` on the node that leads it: ``action`` is
+    ``transfer-leader`` (to ``node``), ``add-voter``, ``add-learner`` or ``remove``."""
+
+    VARIANT: ClassVar[int] = 2
+    group: str
+    action: str
+    node: I32
+
+
+ControlRequest = StatusRequest | PingRequest | RaftChangeRequest
+
+
+@dataclass(frozen=True, slots=True)
+class RaftGroupInfo:
+    """One Raft group as this node sees it (``lag``, entries behind per node: leader only)."""
+
+    group: str
+    node_id: I32
+    role: str
+    leader: I32
+    term: U64
+    commit_index: U64
+    applied_index: U64
+    voters: tuple[I32, ...]
+    learners: tuple[I32, ...]
+    lag: tuple[tuple[I32, U64], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +81,7 @@ class StatusResponse:
     frames_out: tuple[tuple[U32, U64], ...]
     bytes_in: U64
     bytes_out: U64
+    raft: tuple[RaftGroupInfo, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,4 +92,13 @@ class PingResponse:
     error: str | None
 
 
-ControlResponse = StatusResponse | PingResponse
+@dataclass(frozen=True, slots=True)
+class RaftChangeResponse:
+    """``error`` None: done; else why not (``leader``: who leads the group, 0 unknown)."""
+
+    VARIANT: ClassVar[int] = 2
+    error: str | None
+    leader: I32
+
+
+ControlResponse = StatusResponse | PingResponse | RaftChangeResponse

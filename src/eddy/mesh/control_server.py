@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from eddy.mesh import postcard
 from eddy.mesh.control import (
@@ -11,6 +11,9 @@ from eddy.mesh.control import (
     NodeStatus,
     PingRequest,
     PingResponse,
+    RaftChangeRequest,
+    RaftChangeResponse,
+    RaftGroupInfo,
     StatusRequest,
     StatusResponse,
 )
@@ -25,6 +28,14 @@ MAX_PINGS = 1000
 MAX_INTERVAL_MS = 10_000
 
 
+class RaftAdmin(Protocol):
+    """What a node running Raft groups offers operators (the cluster service)."""
+
+    def status(self) -> list[RaftGroupInfo]: ...
+
+    async def change(self, request: RaftChangeRequest) -> RaftChangeResponse: ...
+
+
 class ControlServer:
     def __init__(self, service: MeshService) -> None:
         self.service = service
@@ -35,6 +46,13 @@ class ControlServer:
             return postcard.encode(self.status())
         if isinstance(req, PingRequest):
             return postcard.encode(await self.ping(req))
+        if isinstance(req, RaftChangeRequest):
+            admin = self.service.raft_admin
+            if admin is None:
+                answer = RaftChangeResponse("this node runs no Raft group", 0)
+            else:
+                answer = await admin.change(req)
+            return postcard.encode(answer)
         return None
 
     def status(self) -> StatusResponse:
@@ -60,7 +78,8 @@ class ControlServer:
             local=s.key, nodes=tuple(nodes), active_view=active, passive_view=passive,
             frames_in=tuple(sorted(s.rpc.frames_in.items())),
             frames_out=tuple(sorted(s.rpc.frames_out.items())),
-            bytes_in=s.rpc.bytes_in, bytes_out=s.rpc.bytes_out)
+            bytes_in=s.rpc.bytes_in, bytes_out=s.rpc.bytes_out,
+            raft=() if s.raft_admin is None else tuple(s.raft_admin.status()))
 
     def resolve(self, target: str) -> bytes | None:
         """A node named by Kafka node.id or by NodeId (hex or base32)."""

@@ -33,7 +33,7 @@ from eddy.mesh.announce import (
     sign,
     verify,
 )
-from eddy.mesh.control_server import ControlServer
+from eddy.mesh.control_server import ControlServer, RaftAdmin
 from eddy.mesh.directory import ALIVE, DEAD, SUSPECT, Directory, NodeInfo
 from eddy.mesh.frames import (
     POINTER_THRESHOLD,
@@ -115,6 +115,9 @@ class MeshService:
         self._runner: asyncio.Task[None] | None = None
         self._nonces = itertools.count(1)
         self.control = ControlServer(self)
+        #: the node's Raft groups, for operators' status and change requests (set by the
+        #: cluster service when the node runs them)
+        self.raft_admin: RaftAdmin | None = None
         self.mdns: MdnsDiscovery | None = None
         self._one_way: dict[int, Callable[[bytes, Frame], None]] = {}
 
