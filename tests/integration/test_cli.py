@@ -283,8 +283,8 @@ def test_cluster_status(eddy: EddyProcess) -> None:
     assert [(x["host"], x["port"]) for x in status["brokers"]] == [("127.0.0.1", eddy.port)]
     assert status["controller"] == status["brokers"][0]["id"]
     assert status["topics"] == 2
-    assert status["partitions"] >= 5 + status["internal_topics"]
-    assert status["offline_partitions"] == 0
+    assert status["partitions"]["total"] >= 5 + status["internal_topics"]
+    assert status["partitions"]["under_replicated"] == status["partitions"]["offline"] == 0
     assert f"cluster id: {status['cluster_id']}" in ok(plain)
     assert f"127.0.0.1:{eddy.port}" in plain.stdout
     assert "BROKER" in ok(table) and status["cluster_id"] in table.stdout

@@ -223,6 +223,17 @@ def test_a_broker_outside_the_quorum_joins_as_a_learner_and_operators_move_leade
             assert moved.error is None and moved.leader == target
             await until(lambda: c.controller() is c.nodes[target], 10,
                         "the controller follows the leadership")
+            leader_admin = ClusterRaftAdmin(c.nodes[target].multi)
+            stranger = await leader_admin.change(RaftChangeRequest("metadata", "add-voter", 7))
+            assert stranger.error is not None and "not a learner" in stranger.error
+            gone = await leader_admin.change(RaftChangeRequest("metadata", "remove", 7))
+            assert gone.error is not None and "not a member" in gone.error
+            promoted = await leader_admin.change(RaftChangeRequest("metadata", "add-voter", 4))
+            assert promoted.error is None
+            await until(lambda: {s.group: s for s in learner.raft_status()}["metadata"].voters
+                        == (1, 2, 3, 4), 10, "node 4 a voter, seen on node 4")
+            removed = await leader_admin.change(RaftChangeRequest("metadata", "remove", 4))
+            assert removed.error is None
             assert (await learner.ask(CreateTopicRequest("later", 1, 1, (), False), 10)
                     ).controller == target
         finally:

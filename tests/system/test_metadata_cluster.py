@@ -8,6 +8,9 @@ lost."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,15 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import EddyProcess
+from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
+from kio.schema.describe_quorum.v2.request import (
+    DescribeQuorumRequest,
+    PartitionData,
+    TopicData,
+)
 from mesh_cluster import free_udp_port, wait_for
+
+from eddy.client.raw import RawClient
 
 IDS = (1, 2, 3)
 
@@ -54,13 +65,15 @@ def topic_ids(node: EddyProcess, names: list[str]) -> dict[str, str]:
 
 
 def controller_of(node: EddyProcess) -> int:
-    """The controller DescribeCluster names (-1: none yet)."""
+    """The controller DescribeCluster names (-1: none yet). Asked with a raw request:
+    librdkafka's describe_cluster reports the controller of its Metadata instead."""
     try:
-        cluster = admin(node).describe_cluster(request_timeout=10).result(15)
-    except KafkaException:
+        with RawClient("127.0.0.1", node.port) as raw:
+            answer = raw.call(DescribeClusterRequest(
+                include_cluster_authorized_operations=False))
+    except OSError:
         return -1
-    controller = cluster.controller
-    return -1 if controller is None else int(controller.id)
+    return int(answer.controller_id) if answer.error_code == 0 else -1
 
 
 def create(node: EddyProcess, name: str, partitions: int, rf: int, timeout: float = 15) -> None:
@@ -96,6 +109,51 @@ def consume_all(node: EddyProcess, topic: str, group: str, expect: int) -> list[
     return got
 
 
+def eddy_cli(*args: str) -> Any:
+    out = subprocess.run([sys.executable, "-m", "eddy", *args, "--output", "json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def describe_quorum(node: EddyProcess) -> Any:
+    with RawClient("127.0.0.1", node.port) as raw:
+        return raw.call(DescribeQuorumRequest(topics=(TopicData(
+            topic_name="__cluster_metadata", partitions=(PartitionData(partition_index=0),)),)))
+
+
+def check_quorum_and_cli(cluster: dict[int, EddyProcess]) -> None:
+    """DescribeQuorum through any node, `eddy cluster status` with its Raft section, and
+    `eddy cluster transfer-leader` moving the controller."""
+    wait_for(lambda: all(v.log_end_offset >= 0 for v in describe_quorum(
+        cluster[3]).topics[0].partitions[0].current_voters), 20, "every voter caught up")
+    answers = [describe_quorum(n) for n in cluster.values()]
+    assert all(a.error_code == 0 for a in answers)
+    parts = [a.topics[0].partitions[0] for a in answers]
+    leader = parts[0].leader_id
+    assert leader in IDS and all(p.leader_id == leader for p in parts)
+    assert sorted(v.replica_id for v in parts[0].current_voters) == list(IDS)
+    assert [n.node_id for n in answers[0].nodes] == list(IDS)
+    assert controller_of(cluster[1]) == leader
+
+    status = eddy_cli("cluster", "status", "-b", cluster[2].bootstrap)
+    assert status["controller"] == leader
+    assert status["partitions"] == {"total": 0, "under_replicated": 0, "offline": 0}
+    (meta,) = [g for g in status["raft"] if g["group"] == "metadata"]
+    assert meta["leader"] == leader and meta["voters"] == list(IDS)
+    assert sorted(meta["lag"]) == sorted(str(i) for i in IDS if i != leader)
+    assert meta["commit_index"] > 0 and meta["term"] >= 1
+
+    target = next(i for i in IDS if i != leader)
+    moved = eddy_cli("cluster", "transfer-leader", "metadata", str(target), "-b",
+                     cluster[1].bootstrap)
+    assert moved["leader"] == target
+    wait_for(lambda: controller_of(cluster[3]) == target, 20, "the controller moved")
+    bad = subprocess.run([sys.executable, "-m", "eddy", "cluster", "remove-voter", "9", "-b",
+                          cluster[1].bootstrap], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "9" in bad.stderr
+
+
 def test_three_nodes_one_cluster_controller_failover_and_full_restart(tmp_path: Path) -> None:
     cluster = nodes(tmp_path)
     try:
@@ -105,6 +163,8 @@ def test_three_nodes_one_cluster_controller_failover_and_full_restart(tmp_path: 
                  "a controller every node names")
         wait_for(lambda: all(len(admin(n).list_topics(timeout=10).brokers) == 3
                              for n in cluster.values()), 30, "every node lists 3 brokers")
+
+        check_quorum_and_cli(cluster)
 
         create(cluster[2], "orders", 6, 3)
         views = [describe(n, "orders") for n in cluster.values()]

@@ -1,16 +1,14 @@
-"""`eddy cluster status` and `eddy cluster ping`."""
+"""`eddy cluster status` and `eddy cluster ping` (the Raft commands: cluster_raft.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import statistics
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
 
+from eddy.cli.cluster_raft import raft_info, register_raft_commands, render_raft
 from eddy.cli.common import (
     REQUEST_TIMEOUT_S,
     BootstrapOpt,
@@ -26,10 +24,10 @@ from eddy.cli.common import (
     resolve_output,
     stdout_console,
 )
+from eddy.cli.mesh_call import advertised_mesh, ask
 from eddy.cli.topic import is_internal
-from eddy.config import ConfigError, parse_host_port
+from eddy.config import parse_host_port
 from eddy.mesh.control import (
-    ControlResponse,
     PingRequest,
     PingResponse,
     StatusRequest,
@@ -66,7 +64,8 @@ def status(
         conn = Conn.make(bootstrap, client_config)
         md = conn.metadata()
         info = _kafka_info(md)
-        mesh = _advertised_mesh(conn, md)
+        info["controller"] = _controller(conn, info["controller"])
+        mesh = advertised_mesh(conn, md)
     if mesh:
         info.update(_mesh_info(mesh))
     if out is Output.json:
@@ -80,9 +79,9 @@ def status(
             ("controller", info["controller"]),
             ("brokers", len(brokers)),
             ("topics", f"{info['topics']} (+{info['internal_topics']} internal)"),
-            ("partitions", info["partitions"]),
-            ("under-replicated", info["under_replicated_partitions"]),
-            ("offline", info["offline_partitions"]),
+            ("partitions", info["partitions"]["total"]),
+            ("under-replicated", info["partitions"]["under_replicated"]),
+            ("offline", info["partitions"]["offline"]),
         ]
         render_fields(out, fields, console=console)
         if out is Output.plain:
@@ -94,6 +93,25 @@ def status(
                           for b in brokers], title="Brokers", console=console)
     if "nodes" in info:
         _render_nodes(info, out, console)
+    if info.get("raft"):
+        render_raft(info["raft"], out, console)
+
+
+def _controller(conn: Conn, fallback: int | None) -> int | None:
+    """The controller DescribeCluster names (Metadata's is any broker that forwards, as in
+    KRaft; librdkafka's describe_cluster reports Metadata's, so it is asked directly)."""
+    from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
+
+    from eddy.client.raw import RawClient
+
+    host, port = parse_host_port(conn.bootstrap.split(",")[0], "--bootstrap")
+    try:
+        with RawClient(host, port, REQUEST_TIMEOUT_S) as raw:
+            answer = raw.call(DescribeClusterRequest(
+                include_cluster_authorized_operations=False))
+    except Exception:  # an older node, or none there: Metadata's answer
+        return fallback
+    return int(answer.controller_id) if answer.error_code == 0 else fallback
 
 
 def _kafka_info(md: Any) -> dict[str, Any]:
@@ -107,51 +125,12 @@ def _kafka_info(md: Any) -> dict[str, Any]:
         "brokers": brokers,
         "topics": len(md.topics) - len(internal),
         "internal_topics": len(internal),
-        "partitions": len(partitions),
-        "under_replicated_partitions": sum(1 for p in partitions
-                                           if len(p.isrs) < len(p.replicas)),
-        "offline_partitions": sum(1 for p in partitions if p.leader < 0),
+        "partitions": {
+            "total": len(partitions),
+            "under_replicated": sum(1 for p in partitions if len(p.isrs) < len(p.replicas)),
+            "offline": sum(1 for p in partitions if p.leader < 0),
+        },
     }
-
-
-def _advertised_mesh(conn: Conn, md: Any) -> str | None:
-    """The mesh address the bootstrap node reports in its broker configs, if it runs one."""
-    host, port = parse_host_port(conn.bootstrap.split(",")[0], "--bootstrap")
-    ids = [b.id for b in md.brokers.values() if (b.host, b.port) == (host, port)]
-    broker_id = ids[0] if ids else next(iter(md.brokers), None)
-    if broker_id is None:
-        return None
-    res = ConfigResource(ResourceType.BROKER, str(broker_id))
-    try:
-        fut = conn.admin().describe_configs([res], request_timeout=REQUEST_TIMEOUT_S)[res]
-        entries = fut.result(timeout=REQUEST_TIMEOUT_S)
-    except Exception:  # an older node or one that does not serve broker configs: no mesh
-        return None
-    entry = entries.get("mesh.advertised.listener")
-    value = getattr(entry, "value", None)
-    return str(value) if value else None
-
-
-def _mesh_addr(mesh: str) -> tuple[str, int]:
-    try:
-        return parse_host_port(mesh, "--mesh")
-    except ConfigError as exc:
-        raise CliError(str(exc), 2) from None
-
-
-def _ask(mesh: str, request: StatusRequest | PingRequest, timeout_s: float) -> ControlResponse:
-    from eddy.mesh.client import control_call  # aioquic only when the mesh is asked
-
-    identity = os.environ.get("EDDY_MESH_IDENTITY")
-    try:
-        return asyncio.run(control_call(_mesh_addr(mesh), request, timeout_s,
-                                        Path(identity) if identity else None))
-    except (TimeoutError, OSError) as exc:
-        raise CliError(f"no mesh node answered at {mesh}: {exc or 'timed out'}") from None
-    except CliError:
-        raise
-    except Exception as exc:
-        raise CliError(f"mesh node at {mesh}: {type(exc).__name__}: {exc}") from None
 
 
 def _node_json(n: Any) -> dict[str, Any]:
@@ -164,7 +143,8 @@ def _node_json(n: Any) -> dict[str, Any]:
 
 
 def _mesh_info(mesh: str) -> dict[str, Any]:
-    answer = _ask(mesh, StatusRequest(), float(os.environ.get("EDDY_MESH_TIMEOUT", "10")))
+    timeout_s = float(os.environ.get("EDDY_MESH_TIMEOUT", "10"))
+    answer = ask(mesh, StatusRequest(), timeout_s)
     if not isinstance(answer, StatusResponse):
         raise CliError(f"mesh node at {mesh} answered a status request with {answer!r}")
     return {"local": answer.local.hex(), "nodes": [_node_json(n) for n in answer.nodes],
@@ -172,7 +152,8 @@ def _mesh_info(mesh: str) -> dict[str, Any]:
             "passive_view": [k.hex() for k in answer.passive_view],
             "frames_in": {f"{t:#04x}": c for t, c in answer.frames_in},
             "frames_out": {f"{t:#04x}": c for t, c in answer.frames_out},
-            "bytes_in": answer.bytes_in, "bytes_out": answer.bytes_out}
+            "bytes_in": answer.bytes_in, "bytes_out": answer.bytes_out,
+            "raft": raft_info(answer, lambda addr: ask(addr, StatusRequest(), timeout_s))}
 
 
 def _render_nodes(info: dict[str, Any], out: Output, console: Any) -> None:
@@ -203,7 +184,7 @@ def ping(
     out = resolve_output(output)
     if not mesh:
         raise CliError("say which node pings: --mesh HOST:PORT (or EDDY_MESH)", 2)
-    answer = _ask(mesh, PingRequest(target=node, count=count, interval_ms=interval_ms),
+    answer = ask(mesh, PingRequest(target=node, count=count, interval_ms=interval_ms),
                   10.0 + count * (interval_ms / 1000 + 5))
     if not isinstance(answer, PingResponse):
         raise CliError(f"mesh node at {mesh} answered a ping request with {answer!r}")
@@ -218,3 +199,6 @@ def ping(
                        f"{statistics.median(rtts):.3f}/{max(rtts):.3f} ms")
     if answer.error:
         raise CliError(answer.error)
+
+
+register_raft_commands(cluster_app)

@@ -39,6 +39,17 @@ class ClusterRaftAdmin:
                                       f"{', '.join(ACTIONS)}", driver.leader)
         if request.node <= 0:
             return RaftChangeResponse(f"node: {request.node} is not a node id", driver.leader)
+        status = driver.status()
+        members = (*status.voters, *status.learners)
+        if request.action == "remove" and request.node not in members:
+            return RaftChangeResponse(f"node: {request.node} is not a member of "
+                                      f"{request.group}", driver.leader)
+        if request.action == "add-voter" and request.node not in status.learners:
+            # a voter that is not caught up (or not running) would cost the group its
+            # quorum: only a learner, which the leader has been replicating to, is promoted
+            return RaftChangeResponse(
+                f"node: {request.node} is not a learner of {request.group} (a broker joins "
+                "as a learner when it registers; promote it once it has)", driver.leader)
         try:
             if request.action == TRANSFER:
                 return await self._transfer(request.group, request.node)
