@@ -110,6 +110,7 @@ async def _start_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
     sync = ReplicaSync(broker, cluster.state)
     cluster.machine.on_change(sync.schedule)
     broker.cluster, broker.led = cluster, set()
+    broker.producer_ids.use_blocks_from(cluster.allocate_producer_ids)
     await cluster.start(f"{broker.host}:{broker.port}", hosted=sync.hosted,
                         on_delete=sync.delete_ids)
     return cluster

@@ -8,6 +8,7 @@ lost."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from kio.schema.describe_quorum.v2.request import (
     PartitionData,
     TopicData,
 )
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from mesh_cluster import free_udp_port, wait_for
 
 from eddy.client.raw import RawClient
@@ -122,6 +124,15 @@ def describe_quorum(node: EddyProcess) -> Any:
             topic_name="__cluster_metadata", partitions=(PartitionData(partition_index=0),)),)))
 
 
+def producer_ids(node: EddyProcess, count: int) -> list[int]:
+    with RawClient("127.0.0.1", node.port) as raw:
+        answers = [raw.call(InitProducerIdRequest(
+            transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60)))
+            for _ in range(count)]
+    assert all(a.error_code == 0 for a in answers), answers
+    return [int(a.producer_id) for a in answers]
+
+
 def check_quorum_and_cli(cluster: dict[int, EddyProcess]) -> None:
     """DescribeQuorum through any node, `eddy cluster status` with its Raft section, and
     `eddy cluster transfer-leader` moving the controller."""
@@ -165,6 +176,9 @@ def test_three_nodes_one_cluster_controller_failover_and_full_restart(tmp_path: 
                              for n in cluster.values()), 30, "every node lists 3 brokers")
 
         check_quorum_and_cli(cluster)
+        # producer ids come in blocks from the controller: no two brokers hand out the same
+        pids = [pid for n in cluster.values() for pid in producer_ids(n, 5)]
+        assert len(set(pids)) == len(pids) == 15
 
         create(cluster[2], "orders", 6, 3)
         views = [describe(n, "orders") for n in cluster.values()]

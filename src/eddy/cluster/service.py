@@ -16,8 +16,16 @@ from collections.abc import Callable, Iterable
 
 from eddy.clock import Clock
 from eddy.cluster.controller import ControllerConfig
-from eddy.cluster.controller_client import BrokerAgent, ControllerClient
-from eddy.cluster.controller_rpc import ControllerReply, ControllerRequest
+from eddy.cluster.controller_client import (
+    BrokerAgent,
+    ControllerClient,
+    ControllerUnavailable,
+)
+from eddy.cluster.controller_rpc import (
+    AllocateProducerIdsRequest,
+    ControllerReply,
+    ControllerRequest,
+)
 from eddy.cluster.controller_service import ControllerService
 from eddy.cluster.machine import MetadataMachine
 from eddy.cluster.metadata import MetadataState
@@ -28,10 +36,13 @@ from eddy.cluster.raft_transport import MeshRaftTransport
 from eddy.config import BrokerConfig
 from eddy.mesh.frames import TAG_CONTROLLER
 from eddy.mesh.service import MeshService
+from eddy.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
 METADATA_GROUP = "metadata"
+#: how long a request needing this broker's registration (producer ids) waits for it
+REGISTRATION_WAIT_S = 10.0
 
 
 def controller_config(config: BrokerConfig) -> ControllerConfig:
@@ -116,6 +127,25 @@ class ClusterService:
     async def ask(self, request: ControllerRequest, timeout_s: float) -> ControllerReply:
         """The controller's answer (see ``ControllerClient.call``)."""
         return await self.client.call(request, timeout_s)
+
+    async def allocate_producer_ids(self, count: int) -> int:
+        """The first id of a new block of ``count`` producer ids for this broker. Raises
+        ``KafkaError`` (COORDINATOR_NOT_AVAILABLE, or the controller's refusal)."""
+        agent = self.agent
+        if agent is None:
+            raise KafkaError(ErrorCode.coordinator_not_available, "this node is no broker")
+        try:
+            async with asyncio.timeout(REGISTRATION_WAIT_S):
+                await agent.registered.wait()
+            answer = await self.ask(AllocateProducerIdsRequest(self.node_id, agent.epoch,
+                                                               count), REGISTRATION_WAIT_S)
+        except (TimeoutError, ControllerUnavailable) as exc:
+            raise KafkaError(ErrorCode.coordinator_not_available,
+                             f"no producer id block from the controller: {exc}") from None
+        if answer.error_code != ErrorCode.none:
+            raise KafkaError(ErrorCode.coordinator_not_available,
+                             f"producer id block refused: {answer.message}")
+        return answer.value
 
     async def wait_applied(self, check: Callable[[MetadataState], bool],
                            timeout_s: float) -> bool:

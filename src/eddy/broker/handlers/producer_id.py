@@ -9,7 +9,7 @@ from typing import Any
 from eddy.broker.broker import Broker
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
-from eddy.protocol.errors import ErrorCode
+from eddy.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -17,6 +17,12 @@ log = logging.getLogger(__name__)
 async def init_producer_id(broker: Broker, req: Request) -> Any:
     b = req.body
     mod = response_module(ApiKey.INIT_PRODUCER_ID, req.api_version)
+    try:
+        await broker.producer_ids.ensure()  # a cluster's block, from the controller
+    except KafkaError as exc:
+        log.info("InitProducerId: %s", exc.message)
+        return build(mod.InitProducerIdResponse, throttle_time=datetime.timedelta(0),
+                     error_code=exc.code, producer_id=-1, producer_epoch=-1)
     if b.transactional_id is not None:
         code, pid, epoch = await broker.transactions.init_producer_id(
             b.transactional_id,
@@ -28,7 +34,7 @@ async def init_producer_id(broker: Broker, req: Request) -> Any:
         # an idempotent producer (re)initialising always gets a fresh id, as in Kafka
         try:
             code, pid, epoch = ErrorCode.none, broker.producer_ids.allocate(), 0
-        except OSError as exc:  # the next id block could not be saved (disk full)
+        except (OSError, KafkaError) as exc:  # no block: not saved (disk full), none given
             log.warning("InitProducerId: %s", exc)
             code, pid, epoch = ErrorCode.coordinator_not_available, -1, -1
     return build(mod.InitProducerIdResponse, throttle_time=datetime.timedelta(0),
