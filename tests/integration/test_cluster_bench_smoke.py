@@ -14,7 +14,8 @@ RUNS = {
     "raft_sim": (["--seeds", "3", "--nodes", "3"], "failures"),
     "raft_storage": (["--smoke"], "recovery"),
     "placement": (["--smoke"], "max/min"),
-    "raft_cluster": (["--seconds", "0.3", "--elections", "1"], "election after leader kill"),
+    "raft_cluster": (["--seconds", "0.3", "--elections", "1", "--snapshot-entries", "2000",
+                      "--snapshot-every", "500"], "snapshot install"),
 }
 
 

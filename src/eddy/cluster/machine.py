@@ -24,6 +24,7 @@ class MetadataMachine:
     def __init__(self, state: MetadataState | None = None) -> None:
         self.state = state or MetadataState()
         self.applied_index = 0
+        self.rejected = 0  # entries the state refused (each changed nothing)
         self._listeners: list[ChangeListener] = []
 
     def on_change(self, listener: ChangeListener) -> None:
@@ -41,6 +42,8 @@ class MetadataMachine:
         self.applied_index = index
         if result.ok:
             self._notify()
+        else:
+            self.rejected += 1
         return result
 
     def snapshot(self) -> bytes:
