@@ -349,3 +349,23 @@ def test_read_index_returns_the_commit_index_after_heartbeat_acks() -> None:
             for m in (*rd.messages, *rd.persisted_messages):
                 c._deliver(m)
     assert [(s.index, s.ctx) for s in states] == [(lead.commit, b"ctx")]
+
+
+def test_a_follower_whose_whole_window_of_appends_was_lost_still_catches_up() -> None:
+    """Every append in a full in-flight window lost (a crashed link, a full inbox): no
+    answer will free the window, so heartbeat answers must (etcd's rule), or the follower
+    stays behind for ever."""
+    c = LockstepCluster(3, RaftConfig(max_inflight=4))
+    lead = c.elect(1)
+    c.tick(300)
+    c.filter = lambda m: not (isinstance(m, AppendEntries) and m.dst == 3)
+    for k in range(12):
+        c.propose(lead.id, b"w%d" % k)
+    progress = lead.progress(3)
+    assert progress is not None and progress.inflights.full()
+    behind = progress.match
+    c.filter = None
+    c.tick(5 * ET)
+    after = lead.progress(3)
+    assert after is not None and after.match > behind
+    assert datas(c, 3)[-12:] == [b"w%d" % k for k in range(12)]

@@ -34,6 +34,11 @@ class Inflights:
         while self._items and self._items[0][0] <= index:
             self._bytes -= self._items.popleft()[1]
 
+    def free_first_one(self) -> None:
+        """Give up on the oldest append (its answer may never come: lost on the way)."""
+        if self._items:
+            self._bytes -= self._items.popleft()[1]
+
     def full(self) -> bool:
         return len(self._items) >= self.max_count or self._bytes >= self.max_bytes
 

@@ -198,6 +198,11 @@ class Replication:
         elif isinstance(m, HeartbeatResponse):
             pr.recent_active = True
             pr.probe_sent = False
+            if pr.state == ProgressState.REPLICATE and pr.inflights.full():
+                # as etcd: a full window whose appends were all lost would otherwise stay
+                # full for ever (no answer frees it); one slot lets an append through, and
+                # its rejection sends the follower back to probing
+                pr.inflights.free_first_one()
             if pr.match < self.log.last_index():
                 self._send_append(m.src)
             if m.ctx:
