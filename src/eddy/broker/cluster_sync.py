@@ -65,19 +65,20 @@ class ReplicaSync:
                 local = None
             if not any(me in p.replicas for p in record.partitions):
                 continue
-            for index, part in enumerate(record.partitions):
-                if part.leader == me:
-                    led.add((name, index))
             configs = {e.name: e.value for e in record.configs}
             try:
                 if local is None:
                     local = logs.create_topic(name, len(record.partitions), configs, now,
                                               topic_id=topic_id)
-                    continue
                 if len(local.partitions) < len(record.partitions):
                     logs.add_partitions(name, len(record.partitions), now, False)
                 if local.configs != configs:
                     logs.alter_topic_configs(name, configs)
+                for index, part in enumerate(record.partitions):
+                    if me in part.replicas:
+                        local.partitions[index].set_leader_epoch(part.leader_epoch)
+                    if part.leader == me:
+                        led.add((name, index))
             except KafkaError as exc:
                 log.error("cannot host %s as the cluster asks: %s", name, exc.message)
         broker.led = led

@@ -375,6 +375,16 @@ class PartitionLog:
 
     # ---- retention and deletion -----------------------------------------------------------
 
+    def set_leader_epoch(self, epoch: int) -> None:
+        """The partition's leader epoch as the cluster's metadata says (kept on disk: the
+        batches this node appends carry it, and clients are checked against it)."""
+        if epoch != self.leader_epoch:
+            try:
+                write_int_file(os.path.join(self.directory, LEADER_EPOCH_FILE), epoch)
+            except OSError as exc:
+                raise storage_error(self, "recording the leader epoch of", exc) from exc
+            self.leader_epoch = epoch
+
     def set_log_start_offset(self, offset: int) -> None:
         if offset > self.log_start_offset:
             try:

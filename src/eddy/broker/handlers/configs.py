@@ -7,8 +7,14 @@ from collections.abc import Callable
 from typing import Any
 
 from eddy.broker.broker import Broker
+from eddy.broker.handlers import cluster_admin
+from eddy.broker.handlers.cluster_metadata import APPLY_WAIT_S
+from eddy.cluster.controller_rpc import ProposeRequest
+from eddy.cluster.metadata import encode_command
+from eddy.cluster.metadata.commands import AlterTopicConfigs
+from eddy.cluster.metadata.records import ConfigEntry
 from eddy.config import TOPIC_DEFAULT_FIELDS, BrokerConfig, kafka_name
-from eddy.log.config import TOPIC_CONFIGS, InvalidConfig, validate_overrides
+from eddy.log.config import TOPIC_CONFIGS, InvalidConfig, TopicConfig, validate_overrides
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode, KafkaError
@@ -26,17 +32,29 @@ CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "li
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-def _topic_entries(broker: Broker, name: str) -> list[dict[str, Any]]:
-    topic = broker.logs.get(name)
-    if topic is None:
+def topic_overrides(broker: Broker, name: str) -> dict[str, str]:
+    """A topic's config overrides: the cluster's (any node describes any topic) or, on a
+    node of its own, the local topic's."""
+    if broker.cluster is not None:
+        overrides = broker.cluster.state.topic_overrides(name)
+    else:
+        topic = broker.logs.get(name)
+        overrides = None if topic is None else dict(topic.configs)
+    if overrides is None:
         raise KafkaError(ErrorCode.unknown_topic_or_partition,
                          f"Topic '{name}' does not exist.")
+    return overrides
+
+
+def _topic_entries(broker: Broker, name: str) -> list[dict[str, Any]]:
+    overrides = topic_overrides(broker, name)
+    resolved = TopicConfig(overrides, broker.logs.defaults)
     cfg: BrokerConfig = broker.config
     entries = []
     for key, d in sorted(TOPIC_CONFIGS.items()):
         synonyms = []
-        if key in topic.configs:
-            synonyms.append((key, topic.configs[key], TOPIC_CONFIG))
+        if key in overrides:
+            synonyms.append((key, overrides[key], TOPIC_CONFIG))
         field = TOPIC_DEFAULT_FIELDS.get(key)
         if field is not None and field in cfg.model_fields_set:
             synonyms.append(
@@ -44,7 +62,7 @@ def _topic_entries(broker: Broker, name: str) -> list[dict[str, Any]]:
             )
         synonyms.append((kafka_name(field) if field else key, d.default, DEFAULT_CONFIG))
         source0 = synonyms[0][2]
-        entries.append(dict(name=key, value=topic.config.raw(key), read_only=False,
+        entries.append(dict(name=key, value=resolved.raw(key), read_only=False,
                             source=source0, sensitive=False, synonyms=synonyms,
                             kind=d.kind, doc=d.doc))
     return entries
@@ -112,13 +130,27 @@ async def describe_configs(broker: Broker, req: Request) -> Any:
     return build(mod.DescribeConfigsResponse, throttle_time=_NO_TIME, results=tuple(results))
 
 
-def _alter_topic(broker: Broker, name: str, new: dict[str, str], validate_only: bool) -> None:
+async def _alter_topic(broker: Broker, name: str, new: dict[str, str], validate_only: bool
+                       ) -> None:
     try:
         clean = validate_overrides(new)
+        TopicConfig(clean, broker.logs.defaults)
     except InvalidConfig as exc:
         raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
-    if not validate_only:
+    if validate_only:
+        return
+    if broker.cluster is None:
         broker.logs.alter_topic_configs(name, clean)
+        return
+    # in a cluster: one command for the controller (the whole new set of overrides), then
+    # wait for this node's replica so a DescribeConfigs here sees it
+    current = topic_overrides(broker, name)
+    command = AlterTopicConfigs(
+        name, tuple(ConfigEntry(k, v) for k, v in sorted(clean.items())),
+        tuple(sorted(set(current) - set(clean))))
+    await cluster_admin.ask(broker.cluster, ProposeRequest(encode_command(command)))
+    await broker.cluster.wait_applied(lambda s: s.topic_overrides(name) == clean,
+                                      APPLY_WAIT_S)
 
 
 def refuse_broker_alter(node_id: int, name: str) -> None:
@@ -130,19 +162,17 @@ def refuse_broker_alter(node_id: int, name: str) -> None:
                      "EDDY_* environment or `eddy serve --set` and restart")
 
 
-def _alter_each(broker: Broker, resources: Any, mod: Any,
-                topic_overrides: Callable[[Any], dict[str, str]], validate_only: bool
-                ) -> tuple[Any, ...]:
+async def _alter_each(broker: Broker, resources: Any, mod: Any,
+                      new_overrides: Callable[[Any], dict[str, str]], validate_only: bool
+                      ) -> tuple[Any, ...]:
     """Apply new topic overrides to each resource (brokers are static); one result each."""
     out = []
     for r in resources:
         code, message = ErrorCode.none, None
         try:
             if r.resource_type == TOPIC:
-                if broker.logs.get(r.resource_name) is None:
-                    raise KafkaError(ErrorCode.unknown_topic_or_partition,
-                                     f"Topic '{r.resource_name}' does not exist.")
-                _alter_topic(broker, r.resource_name, topic_overrides(r), validate_only)
+                topic_overrides(broker, r.resource_name)  # UNKNOWN_TOPIC_OR_PARTITION
+                await _alter_topic(broker, r.resource_name, new_overrides(r), validate_only)
             elif r.resource_type == BROKER:
                 refuse_broker_alter(broker.node_id, r.resource_name)
             else:
@@ -170,8 +200,8 @@ async def alter_configs(broker: Broker, req: Request) -> Any:
     b = req.body
     mod = response_module(ApiKey.ALTER_CONFIGS, req.api_version)
     return build(mod.AlterConfigsResponse, throttle_time=_NO_TIME,
-                 responses=_alter_each(broker, b.resources, mod, _replacement,
-                                       b.validate_only))
+                 responses=await _alter_each(broker, b.resources, mod, _replacement,
+                                             b.validate_only))
 
 
 def _incremental(current: dict[str, str], ops: Any) -> dict[str, str]:
@@ -215,8 +245,8 @@ async def incremental_alter_configs(broker: Broker, req: Request) -> Any:
     mod = response_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, req.api_version)
 
     def overrides(resource: Any) -> dict[str, str]:
-        return _incremental(broker.logs.topics[resource.resource_name].configs,
-                            resource.configs)
+        return _incremental(topic_overrides(broker, resource.resource_name), resource.configs)
 
     return build(mod.IncrementalAlterConfigsResponse, throttle_time=_NO_TIME,
-                 responses=_alter_each(broker, b.resources, mod, overrides, b.validate_only))
+                 responses=await _alter_each(broker, b.resources, mod, overrides,
+                                             b.validate_only))

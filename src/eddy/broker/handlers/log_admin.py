@@ -27,6 +27,8 @@ async def delete_records(broker: Broker, req: Request) -> Any:
                 topic.partitions) else None
             if plog is None:
                 code = ErrorCode.unknown_topic_or_partition
+            elif (refused := broker.partition_error(t.name, p.partition_index)) is not None:
+                code = refused  # in a cluster: the leader deletes (clients send it there)
             elif not plog.config.delete:
                 code = ErrorCode.policy_violation  # Kafka: only topics with delete policy
             else:
