@@ -33,6 +33,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from eddy.cluster.controller_rpc import (
+    ControllerReply,
+    ControllerRequest,
+    CreateTopicRequest,
+    HeartbeatRequest,
+    RegisterRequest,
+)
 from eddy.cluster.metadata.commands import MetadataCommand
 from eddy.cluster.metadata.records import MetadataSnapshot
 from eddy.cluster.metadata.state import MetadataSnapshotError, MetadataState
@@ -56,9 +63,16 @@ from eddy.mesh.announce import (
     SignedAnnouncement,
 )
 from eddy.mesh.announce import verify as verify_announcement
-from eddy.mesh.control import ControlRequest, ControlResponse, PingRequest, StatusRequest
+from eddy.mesh.control import (
+    ControlRequest,
+    ControlResponse,
+    PingRequest,
+    RaftChangeRequest,
+    StatusRequest,
+)
 from eddy.mesh.frames import (
     TAG_CONTROL_RPC,
+    TAG_CONTROLLER,
     TAG_GOSSIP,
     TAG_KAFKA_OP,
     TAG_PING,
@@ -93,6 +107,8 @@ MESSAGES: list[Any] = [
     *sorted({cls for pair in OPS.values() for cls in pair}, key=lambda c: c.__name__),
     # Raft messages (tag 0x05), the metadata group's commands and snapshots
     RaftMessage, ConfChangeEntry, MetadataCommand, MetadataSnapshot,
+    # brokers' requests to the controller and its answers (tag 0x06)
+    ControllerRequest, ControllerReply,
 ]
 DOCUMENTED = (FrameError, PostcardError)
 
@@ -123,6 +139,16 @@ def _decode(tp: Any, data: bytes) -> None:
     elif tp is MetadataSnapshot:
         with contextlib.suppress(MetadataSnapshotError):
             MetadataState().restore(data)
+    elif tp is ControllerRequest:
+        _ask_controller(data)
+
+
+def _ask_controller(data: bytes) -> None:
+    """Decoded controller request bytes answered by an active controller with a registered
+    broker, as its mesh handler does (every failure must be a reply, never a raise)."""
+    from bench.fuzz.controller_target import answer_bytes
+
+    answer_bytes(data)
 
 
 def _step_raft(msg: Any) -> None:
@@ -187,6 +213,10 @@ def seed_messages() -> list[tuple[int, Any]]:
         (TAG_GOSSIP, PeerRef(node, "10.0.0.1:7946")),
         (TAG_RAFT, Heartbeat(0, 1, 2, 3, 0, b"")),
         (TAG_RAFT, RequestVote(0, 3, 2, 4, 0, 0, True, False)),
+        (TAG_CONTROL_RPC, RaftChangeRequest("metadata", "transfer-leader", 2)),
+        (TAG_CONTROLLER, RegisterRequest(2, "r1", "127.0.0.1:9092", "127.0.0.1:7946")),
+        (TAG_CONTROLLER, HeartbeatRequest(2, 1, (bytes(16),))),
+        (TAG_CONTROLLER, CreateTopicRequest("t", 3, 1, (), False)),
     ]
 
 
