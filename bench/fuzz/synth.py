@@ -14,6 +14,7 @@ import sys
 import types
 import typing
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,21 @@ def resynthesise(source: CorpusFrame, version: int) -> bytes:
     return encode_request(key, version, corr, client_id, target)
 
 
+def _describe_quorum() -> Any:
+    from kio.schema.describe_quorum.v2.request import (
+        DescribeQuorumRequest,
+        PartitionData,
+        TopicData,
+    )
+
+    return DescribeQuorumRequest(topics=(TopicData(
+        topic_name="__cluster_metadata", partitions=(PartitionData(partition_index=0),)),))
+
+
+#: APIs no recorded client sends (operator tools' requests): a hand-made body to start from
+HANDMADE: dict[int, Callable[[], Any]] = {ApiKey.DESCRIBE_QUORUM: _describe_quorum}
+
+
 def synthesise_missing(root: Path = REQUESTS_DIR) -> int:
     """Write synth frames for every advertised pair without recorded frames."""
     recorded = [f for f in load_corpus(root) if f.client != SYNTH]
@@ -121,6 +137,10 @@ def synthesise_missing(root: Path = REQUESTS_DIR) -> int:
         if (key, version) in have:
             continue
         same_api = [f for f in recorded if f.api_key == key]
+        if not same_api and key in HANDMADE:
+            target = convert(HANDMADE[key](), load_request_schema(key, version))
+            out.append(encode_request(key, version, 1, "eddy-synth", target))
+            continue
         if not same_api:
             print(f"synth: no recorded {ApiKey(key).name} frame to start from", file=sys.stderr)
             continue
