@@ -32,6 +32,9 @@ from kio.schema.describe_quorum.v2.request import (
     PartitionData,
     TopicData,
 )
+from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from mesh_cluster import free_udp_port, wait_for
 
@@ -145,6 +148,14 @@ def describe_quorum(node: EddyProcess) -> Any:
             topic_name="__cluster_metadata", partitions=(PartitionData(partition_index=0),)),)))
 
 
+def coordinator_of(node: EddyProcess, group: str) -> int:
+    with RawClient("127.0.0.1", node.port) as raw:
+        answer = raw.call(FindCoordinatorRequest(key_type=0, coordinator_keys=(group,)))
+    (found,) = answer.coordinators
+    assert found.error_code == 0, found
+    return int(found.node_id)
+
+
 def producer_ids(node: EddyProcess, count: int) -> list[int]:
     with RawClient("127.0.0.1", node.port) as raw:
         answers = [raw.call(InitProducerIdRequest(
@@ -197,6 +208,17 @@ def test_three_nodes_one_cluster_controller_failover_and_full_restart(tmp_path: 
                              for n in cluster.values()), 30, "every node lists 3 brokers")
 
         check_quorum_and_cli(cluster)
+        # every node names the same coordinator for a group; the others refuse the group
+        coordinators = {coordinator_of(n, "g-check") for n in cluster.values()}
+        assert len(coordinators) == 1 and coordinators <= set(IDS)
+        (owner,) = coordinators
+        for i, n in cluster.items():
+            with RawClient("127.0.0.1", n.port) as raw:
+                hb = raw.call(HeartbeatRequest(group_id="g-check", generation_id=1,
+                                               member_id="m", group_instance_id=None))
+            expected = ErrorCode.not_coordinator if i != owner else ErrorCode.unknown_member_id
+            assert hb.error_code == expected, (i, hb)
+
         # producer ids come in blocks from the controller: no two brokers hand out the same
         pids = [pid for n in cluster.values() for pid in producer_ids(n, 5)]
         assert len(set(pids)) == len(pids) == 15

@@ -84,6 +84,15 @@ class Broker:
 
     # ---- topics --------------------------------------------------------------------------
 
+    def partition_count(self, topic: str) -> int | None:
+        """How many partitions ``topic`` has: the cluster's count, or the local topic's
+        (None: no such topic)."""
+        if self.cluster is not None and topic not in INTERNAL_TOPICS:
+            record = self.cluster.state.topic(topic)
+            return None if record is None else len(record.partitions)
+        local = self.logs.get(topic)
+        return None if local is None else len(local.partitions)
+
     def partition_error(self, topic: str, partition: int) -> ErrorCode | None:
         """In a cluster, why this broker may not serve ``topic-partition`` to clients:
         unknown to the cluster, or led by another broker (None: it may)."""

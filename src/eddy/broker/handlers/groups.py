@@ -10,7 +10,15 @@ from collections import defaultdict
 from typing import Any
 
 from eddy.broker.broker import Broker
-from eddy.groups.state import OffsetCommitEntry, OffsetFetchPartition
+from eddy.broker.handlers.coordinator import coordinator_of
+from eddy.groups.state import (
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    OffsetCommitEntry,
+    OffsetFetchPartition,
+    SyncGroupResponse,
+)
 from eddy.observe.tracing import span
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
@@ -18,6 +26,12 @@ from eddy.protocol.errors import ErrorCode
 
 _NO_TIME = datetime.timedelta(0)
 NO_OPS = -2147483648
+
+
+def moved(broker: Broker, group_id: str) -> bool:
+    """In a cluster: another broker coordinates ``group_id`` (NOT_COORDINATOR sends the
+    client to FindCoordinator again, so a group is never served by two brokers)."""
+    return broker.cluster is not None and coordinator_of(broker, group_id)[0] != broker.node_id
 
 
 def _ms(value: Any) -> int:
@@ -32,6 +46,8 @@ async def join_group(broker: Broker, req: Request) -> Any:
     svc = broker.groups
     with span("rafka.broker.group.join", group_id=b.group_id) as s:
         session_ms = _ms(b.session_timeout)
+        if moved(broker, b.group_id):
+            return _join_response(req, JoinGroupResponse(ErrorCode.not_coordinator))
         step = svc.coordinator.join_group(
             svc.now(),
             group_id=b.group_id,
@@ -51,6 +67,11 @@ async def join_group(broker: Broker, req: Request) -> Any:
                       generation_id=r.generation_id, leader_id=r.leader):
                 pass
         s.set_attribute("error_code", int(r.error_code))
+    return _join_response(req, r)
+
+
+def _join_response(req: Request, r: JoinGroupResponse) -> Any:
+    v = req.api_version
     mod = response_module(ApiKey.JOIN_GROUP, v)
     protocol_name = r.protocol_name if (v >= 7 or r.protocol_name is not None) else ""
     return build(
@@ -75,6 +96,8 @@ async def sync_group(broker: Broker, req: Request) -> Any:
     b = req.body
     svc = broker.groups
     with span("rafka.broker.group.sync", group_id=b.group_id):
+        if moved(broker, b.group_id):
+            return _sync_response(req, SyncGroupResponse(ErrorCode.not_coordinator))
         step = svc.coordinator.sync_group(
             svc.now(),
             group_id=b.group_id,
@@ -86,6 +109,10 @@ async def sync_group(broker: Broker, req: Request) -> Any:
             protocol_name=getattr(b, "protocol_name", None),
         )
         r = await svc.call(step)
+    return _sync_response(req, r)
+
+
+def _sync_response(req: Request, r: SyncGroupResponse) -> Any:
     mod = response_module(ApiKey.SYNC_GROUP, req.api_version)
     return build(mod.SyncGroupResponse, throttle_time=_NO_TIME, error_code=r.error_code,
                  protocol_type=r.protocol_type, protocol_name=r.protocol_name,
@@ -96,7 +123,8 @@ async def heartbeat(broker: Broker, req: Request) -> Any:
     b = req.body
     svc = broker.groups
     with span("rafka.broker.group.heartbeat", group_id=b.group_id):
-        r = await svc.call(svc.coordinator.heartbeat(
+        r = HeartbeatResponse(ErrorCode.not_coordinator) if moved(broker, b.group_id) \
+            else await svc.call(svc.coordinator.heartbeat(
             svc.now(), group_id=b.group_id, generation_id=b.generation_id,
             member_id=b.member_id, group_instance_id=getattr(b, "group_instance_id", None)))
     mod = response_module(ApiKey.HEARTBEAT, req.api_version)
@@ -111,8 +139,9 @@ async def leave_group(broker: Broker, req: Request) -> Any:
     else:
         members = [(b.member_id, None)]
     with span("rafka.broker.group.leave", group_id=b.group_id):
-        r = await svc.call(svc.coordinator.leave_group(svc.now(), group_id=b.group_id,
-                                                       members=members))
+        r = LeaveGroupResponse(ErrorCode.not_coordinator) if moved(broker, b.group_id) \
+            else await svc.call(svc.coordinator.leave_group(svc.now(), group_id=b.group_id,
+                                                            members=members))
     mod = response_module(ApiKey.LEAVE_GROUP, req.api_version)
     error = r.error_code
     if req.api_version < 3 and error == ErrorCode.none and r.members:
@@ -132,13 +161,12 @@ async def leave_group(broker: Broker, req: Request) -> Any:
 async def offset_commit(broker: Broker, req: Request) -> Any:
     b = req.body
     svc = broker.groups
-    logs = broker.logs
     entries: list[OffsetCommitEntry] = []
     errors: dict[tuple[str, int], ErrorCode] = {}
     for t in b.topics:
-        topic = logs.get(t.name)
+        count = broker.partition_count(t.name)
         for p in t.partitions:
-            if topic is None or not 0 <= p.partition_index < len(topic.partitions):
+            if count is None or not 0 <= p.partition_index < count:
                 errors[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
                 continue
             entries.append(OffsetCommitEntry(
@@ -148,14 +176,18 @@ async def offset_commit(broker: Broker, req: Request) -> Any:
             ))
     with span("rafka.broker.group.offset-commit", group_id=b.group_id):
         retention = getattr(b, "retention_time", -1)
-        r = await svc.call(svc.coordinator.commit_offsets(
-            svc.now(), group_id=b.group_id, offsets=entries,
-            generation_id=b.generation_id_or_member_epoch, member_id=b.member_id,
-            group_instance_id=getattr(b, "group_instance_id", None),
-            retention_time_ms=_ms(retention) if retention is not None else -1,
-            api_version=req.api_version))
-    for pr in r.partitions:
-        errors[(pr.topic, pr.partition)] = pr.error_code
+        if moved(broker, b.group_id):
+            errors = {(t.name, p.partition_index): ErrorCode.not_coordinator
+                      for t in b.topics for p in t.partitions}
+        else:
+            r = await svc.call(svc.coordinator.commit_offsets(
+                svc.now(), group_id=b.group_id, offsets=entries,
+                generation_id=b.generation_id_or_member_epoch, member_id=b.member_id,
+                group_instance_id=getattr(b, "group_instance_id", None),
+                retention_time_ms=_ms(retention) if retention is not None else -1,
+                api_version=req.api_version))
+            for pr in r.partitions:
+                errors[(pr.topic, pr.partition)] = pr.error_code
     mod = response_module(ApiKey.OFFSET_COMMIT, req.api_version)
     return build(
         mod.OffsetCommitResponse,
@@ -175,6 +207,8 @@ def _fetch_group(broker: Broker, group_id: str, topics: Any) -> tuple[ErrorCode,
     wanted = None if topics is None else [
         (t.name, p) for t in topics for p in t.partition_indexes
     ]
+    if moved(broker, group_id):
+        return ErrorCode.not_coordinator, {}
     r = broker.groups.coordinator.fetch_offsets(group_id, wanted)
     by_topic: dict[str, list[OffsetFetchPartition]] = defaultdict(list)
     for p in r.partitions:
