@@ -75,3 +75,29 @@ def test_mesh_and_role_settings_are_checked_where_they_are_read() -> None:
                        ({"mesh.allowed.nodes": "xyz"}, "mesh_allowed_nodes")]:
         with pytest.raises(ConfigError, match=field):
             load_config(env={}, overrides=bad)
+
+
+def test_quorum_voters_decide_the_mesh_address_the_seeds_and_the_controller_role() -> None:
+    voters = "1@127.0.0.1:9201, 2@127.0.0.1:9202,3@[::1]:9203"
+    cfg = load_config(env={}, overrides={"node_id": 2, "process.roles": "broker,controller",
+                                         "controller.quorum.voters": voters})
+    assert cfg.clustered and cfg.mesh_enabled
+    assert cfg.quorum_voters == {1: "127.0.0.1:9201", 2: "127.0.0.1:9202", 3: "[::1]:9203"}
+    assert cfg.mesh_address == ("127.0.0.1", 9202)  # its own voter address
+    assert cfg.mesh_seed_addresses == [("127.0.0.1", 9201), ("::1", 9203)]
+    broker = load_config(env={}, overrides={"node_id": 7, "controller.quorum.voters": voters})
+    assert broker.mesh_address == ("127.0.0.1", 0) and not broker.roles & {"controller"}
+    assert not load_config(env={}).clustered
+    for bad, needle in [
+        ({"node_id": 2, "controller.quorum.voters": voters}, "add controller"),
+        ({"node_id": 9, "process.roles": "broker,controller",
+          "controller.quorum.voters": voters}, "not in controller.quorum.voters"),
+        ({"controller.quorum.voters": "1@127.0.0.1:1,1@127.0.0.1:2"}, "named twice"),
+        ({"controller.quorum.voters": "x@127.0.0.1:1"}, "ID@HOST:PORT"),
+        ({"controller.quorum.voters": "0@127.0.0.1:1"}, "ID@HOST:PORT"),
+        ({"controller.quorum.voters": "1@nohost"}, "controller.quorum.voters"),
+        ({"broker.heartbeat.interval.ms": 2000, "broker.session.timeout.ms": 1500},
+         "must be above"),
+    ]:
+        with pytest.raises(ConfigError, match=needle):
+            load_config(env={}, overrides=bad)
