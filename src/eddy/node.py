@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from eddy.broker.broker import Broker, load_cluster_id
 from eddy.broker.cluster_sync import ReplicaSync
+from eddy.broker.groups_raft import RaftGroupStore
 from eddy.broker.server import KafkaServer
 from eddy.clock import Clock
 from eddy.cluster.service import ClusterService
@@ -113,11 +114,16 @@ async def _start_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
     broker.producer_ids.use_blocks_from(cluster.allocate_producer_ids)
     await cluster.start(f"{broker.host}:{broker.port}", hosted=sync.hosted,
                         on_delete=sync.delete_ids)
+    if cluster.offsets is not None:  # a voter: it may lead the offsets group
+        broker.groups.store = RaftGroupStore(broker.groups, cluster.offsets,
+                                             cluster.offsets_machine)
     return cluster
 
 
 async def stop_node(node: Node) -> None:
     await node.server.stop()
+    if node.broker is not None and node.broker.groups.store is not None:
+        await node.broker.groups.store.stop()
     if node.cluster is not None:
         await node.cluster.stop()
     if node.mesh is not None:

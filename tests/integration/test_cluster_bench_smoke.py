@@ -14,6 +14,7 @@ RUNS = {
     "raft_sim": (["--seeds", "3", "--nodes", "3"], "failures"),
     "raft_storage": (["--smoke"], "recovery"),
     "placement": (["--smoke"], "max/min"),
+    "metadata_failover": (["--rounds", "1"], "leaders moved"),
     "raft_cluster": (["--seconds", "0.3", "--elections", "1", "--snapshot-entries", "2000",
                       "--snapshot-every", "500"], "snapshot install"),
 }

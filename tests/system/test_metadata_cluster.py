@@ -8,6 +8,7 @@ lost."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime
 import json
 import subprocess
@@ -16,7 +17,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -149,11 +157,38 @@ def describe_quorum(node: EddyProcess) -> Any:
 
 
 def coordinator_of(node: EddyProcess, group: str) -> int:
+    """The group's coordinator as FindCoordinator answers (-1: none yet)."""
     with RawClient("127.0.0.1", node.port) as raw:
         answer = raw.call(FindCoordinatorRequest(key_type=0, coordinator_keys=(group,)))
     (found,) = answer.coordinators
-    assert found.error_code == 0, found
-    return int(found.node_id)
+    return int(found.node_id) if found.error_code == 0 else -1
+
+
+def commit(node: EddyProcess, group: str, topic: str, offsets: dict[int, int]) -> None:
+    c = Consumer({"bootstrap.servers": node.bootstrap, "group.id": group,
+                  "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()],
+                 asynchronous=False)
+    finally:
+        c.close()
+
+
+def committed(node: EddyProcess, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offsets, asked through ``node`` (retried while the
+    coordinator moves)."""
+    request = ConsumerGroupTopicPartitions(group)
+    deadline = time.monotonic() + 30
+    client = AdminClient({"bootstrap.servers": node.bootstrap})  # kept until answered
+    while True:
+        try:
+            (result,) = client.list_consumer_group_offsets([request]).values()
+            parts = result.result(5).topic_partitions
+            return {tp.partition: tp.offset for tp in parts if tp.topic == topic}
+        except (KafkaException, concurrent.futures.TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def producer_ids(node: EddyProcess, count: int) -> list[int]:
@@ -170,11 +205,17 @@ def check_quorum_and_cli(cluster: dict[int, EddyProcess]) -> None:
     `eddy cluster transfer-leader` moving the controller."""
     wait_for(lambda: all(v.log_end_offset >= 0 for v in describe_quorum(
         cluster[3]).topics[0].partitions[0].current_voters), 20, "every voter caught up")
-    answers = [describe_quorum(n) for n in cluster.values()]
-    assert all(a.error_code == 0 for a in answers)
+    answers: list[Any] = []
+
+    def agreed() -> bool:  # every node asks the leader: the same answer (barring an election)
+        answers[:] = [describe_quorum(n) for n in cluster.values()]
+        return all(a.error_code == 0 for a in answers) and len(
+            {a.topics[0].partitions[0].leader_id for a in answers}) == 1
+
+    wait_for(agreed, 20, "every node names the same metadata leader")
     parts = [a.topics[0].partitions[0] for a in answers]
     leader = parts[0].leader_id
-    assert leader in IDS and all(p.leader_id == leader for p in parts)
+    assert leader in IDS
     assert sorted(v.replica_id for v in parts[0].current_voters) == list(IDS)
     assert [n.node_id for n in answers[0].nodes] == list(IDS)
     assert controller_of(cluster[1]) == leader
@@ -269,6 +310,21 @@ def test_three_nodes_one_cluster_controller_failover_and_full_restart(tmp_path: 
         wait_for(lambda: len(admin(survivors[0]).list_topics(timeout=10).brokers) == 3, 30,
                  "the restarted node listed again")
 
+        # committed offsets live in the offsets Raft group: they survive the loss of the
+        # coordinator (its leader), read back through the new one
+        wanted = {p: 10 * p + 1 for p in range(6)}
+        commit(cluster[1], "keep", "orders", wanted)
+        assert committed(cluster[2], "keep", "orders") == wanted
+        coordinator = coordinator_of(cluster[3], "keep")
+        cluster[coordinator].kill()
+        others = [n for i, n in cluster.items() if i != coordinator]
+        wait_for(lambda: coordinator_of(others[0], "keep") not in (-1, coordinator), 30,
+                 "a new group coordinator")
+        assert committed(others[1], "keep", "orders") == wanted
+        cluster[coordinator].start()
+        wait_for(lambda: len(admin(others[0]).list_topics(timeout=10).brokers) == 3, 30,
+                 "the old coordinator back")
+
         # every node killed at once and restarted: nothing committed is lost
         before = {t: describe(cluster[1], t) for t in ("orders", "after-kill")}
         ids_before = topic_ids(cluster[1], ["orders", "after-kill"])
@@ -284,6 +340,7 @@ def test_three_nodes_one_cluster_controller_failover_and_full_restart(tmp_path: 
             assert {p: r for p, (_, r, _) in after.items()} == \
                 {p: r for p, (_, r, _) in view.items()}
         assert produce(cluster[1], "after-kill", 10, "c") == 10
+        assert committed(cluster[2], "keep", "orders") == wanted
     finally:
         _ADMINS.clear()
         for n in cluster.values():

@@ -19,6 +19,7 @@ from eddy.protocol.records import build_batch, decode_batch_records
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
+    from eddy.broker.groups_raft import RaftGroupStore
 
 log = logging.getLogger(__name__)
 
@@ -29,15 +30,16 @@ class GroupService:
     def __init__(self, broker: Broker) -> None:
         cfg = broker.config
         self._broker = broker
-        self.coordinator = GroupCoordinator(
-            GroupConfig(
-                min_session_timeout_ms=cfg.group_min_session_timeout_ms,
-                max_session_timeout_ms=cfg.group_max_session_timeout_ms,
-                initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
-                offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
-                offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
-            )
+        self._config = GroupConfig(
+            min_session_timeout_ms=cfg.group_min_session_timeout_ms,
+            max_session_timeout_ms=cfg.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
+            offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
+            offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
         )
+        self.coordinator = GroupCoordinator(self._config)
+        #: in a cluster: the offsets Raft group holds the records (see groups_raft)
+        self.store: RaftGroupStore | None = None
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
@@ -54,6 +56,28 @@ class GroupService:
         replayed = sum(self._replay(plog) for plog in topic.partitions)
         if replayed:
             log.info("group coordinator loaded %d records from %s", replayed, OFFSETS_TOPIC)
+
+    @property
+    def serving(self) -> bool:
+        """Whether this broker coordinates groups now (always, on a node of its own)."""
+        return self.store is None or self.store.serving
+
+    def reload(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Start over from ``records`` (a cluster's offsets group, on becoming its leader):
+        a fresh coordinator; requests still waiting on the old one are cancelled."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer, self._timer_at = None, None
+        for fut in self._waiting.values():
+            fut.cancel()
+        self._waiting.clear()
+        self.coordinator = GroupCoordinator(self._config)
+        for key, value in records:
+            try:
+                self.coordinator.replay(key, value)
+            except RecordFormatError as exc:
+                log.warning("offsets group: skipping a malformed record: %s", exc)
+        self._arm_timer()
 
     def offsets_topic(self) -> Topic:
         topic = self._broker.logs.get(OFFSETS_TOPIC)
@@ -133,6 +157,9 @@ class GroupService:
                 if fut is not None and not fut.done():
                     fut.set_result(response)
             for write in current.writes:
+                if self.store is not None:  # completes later, through apply() again
+                    self.store.persist(write)
+                    continue
                 error = self._persist(write)
                 pending.append(
                     self.coordinator.write_completed(self.now(), write.write_id, error)

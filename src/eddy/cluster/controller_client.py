@@ -143,6 +143,7 @@ class BrokerAgent:
         self.on_delete = on_delete
         self.epoch = 0
         self.fenced = True
+        self.offsets_leader = -1  # the group coordinator, as the controller last said
         self.registered = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -193,5 +194,6 @@ class BrokerAgent:
         if answer.error_code != ErrorCode.none:
             return
         self.fenced = answer.fenced
+        self.offsets_leader = answer.offsets_leader
         if answer.delete_topics:
             self.on_delete(list(answer.delete_topics))

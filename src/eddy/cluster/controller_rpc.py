@@ -143,7 +143,8 @@ class ControllerReply:
     """``error_code`` 0: done. NOT_CONTROLLER: ask ``controller`` (-1: unknown) instead.
     ``value``: the new broker epoch, the first producer id... ``topic_id``: of a created
     topic. ``delete_topics``: storage GC's orders to the heartbeating broker. ``quorum``:
-    the answer to a ``QuorumRequest``."""
+    the answer to a ``QuorumRequest``. ``offsets_leader``: who leads the ``offsets`` group
+    (the group coordinator; -1 unknown), for brokers that do not run it."""
 
     error_code: I16
     message: str | None
@@ -153,14 +154,15 @@ class ControllerReply:
     fenced: bool
     delete_topics: tuple[bytes, ...]
     quorum: QuorumStatus | None
+    offsets_leader: I32
 
 
 def reply(error_code: int = 0, message: str | None = None, *, controller: int = -1,
           value: int = 0, topic_id: bytes | None = None, fenced: bool = False,
-          delete_topics: tuple[bytes, ...] = (), quorum: QuorumStatus | None = None
-          ) -> ControllerReply:
+          delete_topics: tuple[bytes, ...] = (), quorum: QuorumStatus | None = None,
+          offsets_leader: int = -1) -> ControllerReply:
     return ControllerReply(error_code, message, controller, value, topic_id, fenced,
-                           delete_topics, quorum)
+                           delete_topics, quorum, offsets_leader)
 
 
 def decode_request(data: bytes) -> ControllerRequest:

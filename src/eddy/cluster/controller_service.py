@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from eddy.clock import Clock
 from eddy.cluster.controller import Controller, ControllerConfig, ControllerError
@@ -87,6 +87,8 @@ class ControllerService:
         self._ticker: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._adding: asyncio.Future[None] | None = None
+        #: who leads the offsets group (heartbeat replies tell brokers outside it)
+        self.offsets_leader: Callable[[], int] = lambda: -1
         self._previous_hook = driver.on_soft_state
         driver.on_soft_state = self._on_soft_state
 
@@ -263,7 +265,8 @@ class ControllerService:
             broker = self.machine.state.broker(request.node_id)
             return reply(controller=self.node_id, value=request.epoch,
                          fenced=broker is None or broker.fenced,
-                         delete_topics=self._gc_orders.pop(request.node_id, ()))
+                         delete_topics=self._gc_orders.pop(request.node_id, ()),
+                         offsets_leader=self.offsets_leader())
         self._check_sender(peer, None)
         if isinstance(request, CreateTopicRequest):
             partitions = None if request.partitions == -1 else request.partitions

@@ -30,6 +30,7 @@ from eddy.cluster.controller_service import ControllerService
 from eddy.cluster.machine import MetadataMachine
 from eddy.cluster.metadata import MetadataState
 from eddy.cluster.multiraft import MultiRaft
+from eddy.cluster.offsets import OFFSETS_GROUP, OffsetsMachine
 from eddy.cluster.raft.driver import RaftDriver, RaftStatus
 from eddy.cluster.raft_admin import ClusterRaftAdmin
 from eddy.cluster.raft_transport import MeshRaftTransport
@@ -70,6 +71,9 @@ class ClusterService:
                 self.transport.set_voter_address(node_id, addr)
         self.multi = MultiRaft(self.node_id, config.data_dir, self.transport, clock=clock)
         self.metadata: RaftDriver | None = None
+        #: the offsets group (voters only): consumer groups and committed offsets
+        self.offsets: RaftDriver | None = None
+        self.offsets_machine = OffsetsMachine()
         self.controller: ControllerService | None = None
         self.client = ControllerClient(self.node_id, mesh, self.voters,
                                        leader_hint=self._raft_leader)
@@ -89,6 +93,12 @@ class ClusterService:
     def _raft_leader(self) -> int:
         return self.metadata.leader if self.metadata is not None else 0
 
+    def offsets_leader(self) -> int:
+        """The node that leads the offsets group, the groups' coordinator (-1: unknown)."""
+        if self.offsets is not None:
+            return self.offsets.leader or -1
+        return self.agent.offsets_leader if self.agent is not None else -1
+
     @property
     def controller_id(self) -> int:
         """The controller as this node knows it (-1: none known)."""
@@ -102,10 +112,14 @@ class ClusterService:
         # starts empty and waits for the controller to add it as a learner
         initial = sorted(self.voters) if self.node_id in self.voters else []
         self.metadata = await self.multi.add_group(METADATA_GROUP, initial, self.machine)
+        if self.node_id in self.voters:
+            self.offsets = await self.multi.add_group(OFFSETS_GROUP, initial,
+                                                      self.offsets_machine)
         self.mesh.raft_admin = ClusterRaftAdmin(self.multi)
         self.controller = ControllerService(self.node_id, self.metadata, self.machine,
                                             controller_config(self.config), self.clock,
                                             self.local_cluster_id)
+        self.controller.offsets_leader = self.offsets_leader
         self.client.local = self.controller
         self.mesh.rpc.handle(TAG_CONTROLLER, self.controller.handle)
         self.controller.start()

@@ -1,7 +1,7 @@
 """FindCoordinator: on a single node this node coordinates every group and transaction; in a
-cluster, the live broker the key hashes to (rendezvous hashing over the live brokers of the
-metadata state, the same answer on every node; until the ``offsets`` Raft group lands a
-group's offsets stay on the broker that coordinated it)."""
+cluster, groups are coordinated by the leader of the ``offsets`` Raft group (their records
+live there), transactions by the live broker the transactional id hashes to (rendezvous
+hashing over the live brokers of the metadata state: the same answer on every node)."""
 
 from __future__ import annotations
 
@@ -29,12 +29,18 @@ def _answer(broker: Broker, key: str, key_type: int) -> tuple[ErrorCode, str | N
     return ErrorCode.none, None
 
 
-def coordinator_of(broker: Broker, key: str) -> tuple[int, str, int]:
-    """(node id, host, port) of the broker coordinating ``key`` (-1 when none is live)."""
+def coordinator_of(broker: Broker, key: str, key_type: int = GROUP) -> tuple[int, str, int]:
+    """(node id, host, port) of the broker coordinating ``key`` (-1 when none is live):
+    for groups the leader of the offsets Raft group, for transactions the live broker the
+    key hashes to."""
     if broker.cluster is None:
         return broker.node_id, broker.host, broker.port
     live = {n: (h, p) for n, h, p, _ in live_brokers(broker.cluster.state)}
-    chosen = rendezvous(key, sorted(live))
+    if key_type == GROUP:
+        leader = broker.cluster.offsets_leader()
+        chosen: int | None = leader if leader in live or leader == broker.node_id else None
+    else:
+        chosen = rendezvous(key, sorted(live))
     if chosen is None:
         return -1, "", -1
     if chosen == broker.node_id:
@@ -47,7 +53,7 @@ def _found(broker: Broker, key: str, key_type: int) -> tuple[ErrorCode, str | No
     code, message = _answer(broker, key, key_type)
     if code != ErrorCode.none:
         return code, message, -1, "", -1
-    node, host, port = coordinator_of(broker, key)
+    node, host, port = coordinator_of(broker, key, key_type)
     if node < 0:
         return ErrorCode.coordinator_not_available, "no live broker", -1, "", -1
     return code, message, node, host, port

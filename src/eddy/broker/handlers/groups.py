@@ -10,7 +10,6 @@ from collections import defaultdict
 from typing import Any
 
 from eddy.broker.broker import Broker
-from eddy.broker.handlers.coordinator import coordinator_of
 from eddy.groups.state import (
     HeartbeatResponse,
     JoinGroupResponse,
@@ -29,9 +28,11 @@ NO_OPS = -2147483648
 
 
 def moved(broker: Broker, group_id: str) -> bool:
-    """In a cluster: another broker coordinates ``group_id`` (NOT_COORDINATOR sends the
-    client to FindCoordinator again, so a group is never served by two brokers)."""
-    return broker.cluster is not None and coordinator_of(broker, group_id)[0] != broker.node_id
+    """In a cluster: this broker does not coordinate ``group_id`` now (NOT_COORDINATOR sends
+    the client to FindCoordinator again, so a group is never served by two brokers)."""
+    if broker.cluster is None:
+        return False
+    return broker.groups.store is None or not broker.groups.serving
 
 
 def _ms(value: Any) -> int:

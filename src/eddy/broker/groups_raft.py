@@ -1,0 +1,111 @@
+"""``RaftGroupStore``: where a clustered broker's group coordinator keeps its records, the
+``offsets`` Raft group instead of the local ``__consumer_offsets``.
+
+The coordinator serves only on the group's leader: when this node becomes the leader it
+waits for a read barrier (every record committed before its term applied here), rebuilds
+the coordinator from the group's records and starts serving; when it stops leading it stops
+serving (requests get NOT_COORDINATOR and clients find the new leader). Each coordinator
+write is one Raft entry, proposed in order; the coordinator hears of it (``write_completed``)
+once it is committed and applied, and a write that fails (leadership lost, write timeout)
+is answered as Kafka answers a failed append to the offsets topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from eddy.cluster.offsets import OffsetsMachine, encode_entry
+from eddy.cluster.raft.driver import RaftDriver, WriteTimeout
+from eddy.cluster.raft.ready import NotLeader, ProposalDropped, Role, SoftState
+from eddy.groups.state import Write
+from eddy.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from eddy.broker.groups import GroupService
+
+log = logging.getLogger(__name__)
+
+
+class RaftGroupStore:
+    def __init__(self, service: GroupService, driver: RaftDriver,
+                 machine: OffsetsMachine) -> None:
+        self.service = service
+        self.driver = driver
+        self.machine = machine
+        self.serving = False
+        self.activations = 0
+        self._activating: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Future[None]] = set()
+        driver.on_soft_state = self._on_soft_state
+        if driver.is_leader:
+            self._activate()
+
+    def _on_soft_state(self, soft: SoftState) -> None:
+        if soft.role == Role.LEADER:
+            self._activate()
+            return
+        if self.serving:
+            log.info("no longer the group coordinator (offsets group led by %s)",
+                     soft.leader or "unknown")
+        self.serving = False
+        if self._activating is not None:
+            self._activating.cancel()
+            self._activating = None
+
+    def _activate(self) -> None:
+        if self.serving or self._activating is not None:
+            return
+        self._activating = asyncio.get_running_loop().create_task(self._load(),
+                                                                  name="groups-activate")
+
+    async def _load(self) -> None:
+        try:
+            while self.driver.is_leader:
+                try:
+                    await self.driver.read_barrier()
+                    break
+                except (NotLeader, ProposalDropped):
+                    return
+                except WriteTimeout:
+                    continue
+            if not self.driver.is_leader:
+                return
+            records = self.machine.ordered()
+            self.service.reload(records)
+            self.serving = True
+            self.activations += 1
+            log.info("group coordinator serving from the offsets group (%d records)",
+                     len(records))
+        finally:
+            self._activating = None
+
+    def persist(self, write: Write) -> None:
+        """Propose ``write``'s records; the coordinator is told the outcome later."""
+        data = encode_entry([(r.key, r.value) for r in write.records])
+        task = asyncio.ensure_future(self._propose(write.write_id, data))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _propose(self, write_id: int, data: bytes) -> None:
+        error = ErrorCode.none
+        try:
+            await self.driver.propose(data)
+        except WriteTimeout:
+            error = ErrorCode.request_timed_out  # -> COORDINATOR_NOT_AVAILABLE
+        except ProposalDropped:  # not the leader any more, or stopped
+            error = ErrorCode.not_leader_or_follower  # -> NOT_COORDINATOR
+        svc = self.service
+        try:
+            svc.apply(svc.coordinator.write_completed(svc.now(), write_id, error))
+        except Exception:
+            log.exception("group coordinator failed on a completed write")
+
+    async def stop(self) -> None:
+        for task in [self._activating, *self._tasks]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
