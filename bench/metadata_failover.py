@@ -104,6 +104,21 @@ def one_round(nodes: dict[int, MeshNode], k: int) -> tuple[float, float]:
     return back * 1000, moved * 1000
 
 
+def cluster_nodes(root: str) -> dict[int, MeshNode]:
+    """Three nodes, each a broker and a voter of the metadata quorum (not started)."""
+    ports = {i: free_udp_port() for i in IDS}
+    voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in ports.items())
+    return {i: MeshNode(f"n{i}", i, ports[i], None, root, {
+        "process.roles": "broker,controller", "controller.quorum.voters": voters})
+        for i in IDS}
+
+
+def start_cluster(nodes: dict[int, MeshNode]) -> None:
+    start_all(list(nodes.values()))
+    _until(lambda: all(describe(n)[0] in IDS and describe(n)[1] == 3
+                       for n in nodes.values()), 60, "a controller and 3 brokers")
+
+
 def _row(name: str, ms: list[float]) -> str:
     ordered = sorted(ms)
     p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
@@ -116,16 +131,10 @@ def main(argv: list[str] | None = None) -> int:
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=20)
     args = ap.parse_args(argv)
-    ports = {i: free_udp_port() for i in IDS}
-    voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in ports.items())
     with tempfile.TemporaryDirectory(prefix="eddy-failover-") as root:
-        nodes = {i: MeshNode(f"n{i}", i, ports[i], None, root, {
-            "process.roles": "broker,controller", "controller.quorum.voters": voters})
-            for i in IDS}
+        nodes = cluster_nodes(root)
         try:
-            start_all(list(nodes.values()))
-            _until(lambda: all(describe(n)[0] in IDS and describe(n)[1] == 3
-                               for n in nodes.values()), 60, "a controller and 3 brokers")
+            start_cluster(nodes)
             results = [one_round(nodes, k) for k in range(args.rounds)]
         finally:
             for n in nodes.values():
