@@ -302,6 +302,9 @@ class BrokerConfig(BaseModel):
         if self.node_id in voters and "controller" not in self.roles:
             raise ValueError(f"node.id {self.node_id} is in controller.quorum.voters: add "
                              "controller to process.roles")
+        if not self.roles & {"broker", "gateway"}:
+            raise ValueError("process.roles needs broker or gateway (every node serves Kafka "
+                             "clients; a controller-only node is not built yet)")
         if self.broker_session_timeout_ms <= self.broker_heartbeat_interval_ms:
             raise ValueError("broker.session.timeout.ms must be above "
                              "broker.heartbeat.interval.ms")
