@@ -140,7 +140,7 @@ def test_two_groups_on_three_mesh_nodes(tmp_path: Path) -> None:
             for payload in (b"\x07\xff\xff\xff\xff\xff", encode_message(forged),
                             encode_message(unknown)):
                 t.send(key, src.mesh.rpc.frame(TAG_RAFT, payload))
-            t.send(key, src.mesh.rpc.frame(0x06, b"x"))
+            t.send(key, src.mesh.rpc.frame(0x0E, b"x"))  # a control tag nothing serves
             await until(lambda: dst.multi.dropped.get("bad_message", 0) >= 2
                         and dst.multi.dropped.get("unknown_group", 0) >= 1
                         and dst.mesh.rpc.dropped.get("unsupported_tag", 0) >= 1, 10,
