@@ -114,6 +114,8 @@ async def _start_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
     broker.producer_ids.use_blocks_from(cluster.allocate_producer_ids)
     await cluster.start(f"{broker.host}:{broker.port}", hosted=sync.hosted,
                         on_delete=sync.delete_ids)
+    # topics held before joining the cluster become the cluster's (never deleted)
+    cluster.spawn(sync.import_local(cluster), "import-local-topics")
     if cluster.offsets is not None:  # a voter: it may lead the offsets group
         broker.groups.store = RaftGroupStore(broker.groups, cluster.offsets,
                                              cluster.offsets_machine)

@@ -345,3 +345,35 @@ def test_three_nodes_one_cluster_controller_failover_and_full_restart(tmp_path: 
         _ADMINS.clear()
         for n in cluster.values():
             n.kill()
+
+
+def test_a_single_nodes_data_dir_joins_a_cluster_with_its_topics(tmp_path: Path) -> None:
+    """A data dir written by a node of its own, started as node 1 of a cluster: its topics
+    become the cluster's (same ids, on node 1), their records are served through any node,
+    and nothing of it is deleted."""
+    solo = EddyProcess(tmp_path / "n1", ["--node-id", "1"]).start()
+    try:
+        create(solo, "legacy", 2, 1)
+        assert produce(solo, "legacy", 20, "old") == 20
+        ids = topic_ids(solo, ["legacy"])
+    finally:
+        _ADMINS.clear()
+        solo.stop()
+    cluster = nodes(tmp_path)
+    try:
+        for n in cluster.values():
+            n.start()
+        wait_for(lambda: "legacy" in admin(cluster[2]).list_topics(timeout=10).topics
+                 and all(leader == 1 for leader, _, _ in describe(cluster[2], "legacy").values()),
+                 30, "the old topic is the cluster's, led by node 1")
+        for n in cluster.values():  # every node's replica of the metadata has it
+            wait_for(lambda n=n: "legacy" in admin(n).list_topics(timeout=10).topics, 10,
+                     "the topic on every node")
+        assert topic_ids(cluster[3], ["legacy"]) == ids
+        got = consume_all(cluster[3], "legacy", "g-legacy", 20, tag=b"old:")
+        assert sorted(got) == sorted(f"old:{i}".encode() for i in range(20))
+        assert produce(cluster[2], "legacy", 5, "new") == 5
+    finally:
+        _ADMINS.clear()
+        for n in cluster.values():
+            n.kill()

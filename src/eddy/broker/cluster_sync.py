@@ -10,22 +10,38 @@ name is reused.
 
 Only the data of the partitions a node is a replica of is kept; until replication lands
 (the next issue) a follower's copy stays empty.
+
+Nothing the cluster did not make is ever deleted: the ids of the topics this node created
+from the metadata are kept in ``cluster-topics.json``; a topic the node held before it
+joined (a single node's data dir given ``controller.quorum.voters``) is imported instead:
+it becomes a cluster topic with the same id, all of it on this node (``import_local``). If
+its name is taken by another cluster topic, it is kept on disk, unserved, and logged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import uuid
 from typing import TYPE_CHECKING
 
+from eddy.cluster.controller_client import ControllerUnavailable
+from eddy.cluster.controller_rpc import ImportTopicRequest
 from eddy.cluster.metadata import MetadataState
-from eddy.protocol.errors import KafkaError
+from eddy.cluster.metadata.records import ConfigEntry
+from eddy.log.state_files import atomic_write
+from eddy.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
+    from eddy.cluster.service import ClusterService
 
 log = logging.getLogger(__name__)
+
+MADE_FILE = "cluster-topics.json"
+IMPORT_WAIT_S = 30.0
 
 
 class ReplicaSync:
@@ -34,6 +50,25 @@ class ReplicaSync:
         self.state = state
         self.passes = 0
         self._scheduled = False
+        self._made_path = os.path.join(broker.config.data_dir, MADE_FILE)
+        self.made = self._load_made()  # topic ids (hex) this node created from the cluster
+
+    def _load_made(self) -> set[str]:
+        try:
+            with open(self._made_path, encoding="utf-8") as f:
+                return {str(x) for x in json.load(f)}
+        except FileNotFoundError:
+            return set()
+        except (OSError, ValueError) as exc:
+            # unreadable: nothing counts as the cluster's, so nothing is deleted
+            log.error("%s unreadable (%s): no local topic will be deleted", MADE_FILE, exc)
+            return set()
+
+    def _mark_made(self, topic_id: uuid.UUID, made: bool) -> None:
+        before = set(self.made)
+        (self.made.add if made else self.made.discard)(topic_id.hex)
+        if self.made != before:
+            atomic_write(self._made_path, json.dumps(sorted(self.made)).encode())
 
     def schedule(self, _index: int = 0) -> None:
         """Called on the metadata state's changes (Raft's task): sync on the next turn."""
@@ -61,13 +96,20 @@ class ReplicaSync:
             topic_id = uuid.UUID(bytes=record.topic_id)
             local = logs.get(name)
             if local is not None and not local.is_internal and local.topic_id != topic_id:
+                if local.topic_id.hex not in self.made:
+                    log.error("local topic %s (id %s) is not the cluster's %s (id %s): kept "
+                              "on disk, not served", name, local.topic_id, name, topic_id)
+                    continue
                 self._delete(name, "the name belongs to another topic now")
                 local = None
+            elif local is not None:
+                self._mark_made(topic_id, True)  # imported (its answer may have been lost)
             if not any(me in p.replicas for p in record.partitions):
                 continue
             configs = {e.name: e.value for e in record.configs}
             try:
                 if local is None:
+                    self._mark_made(topic_id, True)
                     local = logs.create_topic(name, len(record.partitions), configs, now,
                                               topic_id=topic_id)
                 if len(local.partitions) < len(record.partitions):
@@ -87,17 +129,56 @@ class ReplicaSync:
         self.passes += 1
 
     def hosted(self) -> list[bytes]:
-        """The topic ids this node holds data for (heartbeats report them)."""
+        """The ids of the cluster's topics this node holds data for (heartbeats report
+        them: storage GC's input)."""
         return [t.topic_id.bytes for t in self.broker.logs.topics.values()
-                if not t.is_internal]
+                if not t.is_internal and t.topic_id.hex in self.made]
 
     def delete_ids(self, topic_ids: list[bytes]) -> None:
         """Storage GC's order: delete the data of these topics (unknown to the cluster)."""
         wanted = set(topic_ids)
         for topic in list(self.broker.logs.topics.values()):
             if topic.topic_id.bytes in wanted and not topic.is_internal \
+                    and topic.topic_id.hex in self.made \
                     and self.state.topic_by_id(topic.topic_id.bytes) is None:
                 self._delete(topic.name, "deleted from the cluster")
+
+    async def import_local(self, cluster: ClusterService) -> None:
+        """Offer the controller every local topic the cluster does not know (once this
+        broker is registered): each becomes a cluster topic with its id, on this node."""
+        agent = cluster.agent
+        if agent is None:
+            return
+        await agent.registered.wait()
+        floor = self.broker.producer_ids.floor
+        if floor > 0:
+            # ids this node handed out on its own live on in its partitions' producer
+            # state: the cluster's ids move above them before those partitions are served
+            try:
+                await self.broker.producer_ids.ensure()
+            except KafkaError as exc:
+                log.error("producer ids not moved above %d: %s; local topics not imported",
+                          floor, exc.message)
+                return
+        for topic in list(self.broker.logs.topics.values()):
+            if topic.is_internal or topic.topic_id.hex in self.made \
+                    or self.state.topic_by_id(topic.topic_id.bytes) is not None:
+                continue
+            request = ImportTopicRequest(
+                topic.name, topic.topic_id.bytes, len(topic.partitions),
+                tuple(ConfigEntry(k, v) for k, v in sorted(topic.configs.items())))
+            try:
+                answer = await cluster.ask(request, IMPORT_WAIT_S)
+            except ControllerUnavailable as exc:
+                log.error("could not import local topic %s: %s", topic.name, exc)
+                continue
+            if answer.error_code == ErrorCode.none:
+                self._mark_made(topic.topic_id, True)
+                log.info("local topic %s (%d partitions) is now the cluster's", topic.name,
+                         len(topic.partitions))
+            else:
+                log.error("local topic %s not imported (%s): kept on disk, not served",
+                          topic.name, answer.message)
 
     def _delete(self, name: str, why: str) -> None:
         try:
@@ -107,4 +188,5 @@ class ReplicaSync:
             return
         for plog in topic.partitions:
             self.broker.producers.forget(plog)
+        self._mark_made(topic.topic_id, False)
         log.info("deleted local topic %s: %s", name, why)

@@ -23,6 +23,7 @@ __all__ = [
     "CreateTopicRequest",
     "DeleteTopicRequest",
     "HeartbeatRequest",
+    "ImportTopicRequest",
     "ProposeRequest",
     "QuorumRequest",
     "QuorumStatus",
@@ -99,6 +100,7 @@ class AllocateProducerIdsRequest:
     node_id: I32
     epoch: I64
     count: I32
+    floor: I64  # every id of the block at or above it (ids the node handed out on its own)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,18 @@ class QuorumRequest:
     """DescribeQuorum, answered by the metadata group's leader (``quorum`` of the reply)."""
 
     VARIANT: ClassVar[int] = 7
+
+
+@dataclass(frozen=True, slots=True)
+class ImportTopicRequest:
+    """A topic this broker held before it joined the cluster: it becomes a cluster topic
+    with the same id, every partition on the sender alone (replication factor 1)."""
+
+    VARIANT: ClassVar[int] = 8
+    name: str
+    topic_id: bytes
+    partitions: I32
+    configs: tuple[ConfigEntry, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +149,7 @@ ControllerRequest = (
     | ProposeRequest
     | AllocateProducerIdsRequest
     | QuorumRequest
+    | ImportTopicRequest
 )
 
 

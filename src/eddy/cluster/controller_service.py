@@ -25,6 +25,7 @@ from eddy.cluster.controller_rpc import (
     CreateTopicRequest,
     DeleteTopicRequest,
     HeartbeatRequest,
+    ImportTopicRequest,
     ProposeRequest,
     QuorumRequest,
     QuorumStatus,
@@ -35,11 +36,13 @@ from eddy.cluster.controller_rpc import (
 )
 from eddy.cluster.machine import MetadataMachine
 from eddy.cluster.metadata import ApplyResult, MetadataCommand, decode_command, encode_command
+from eddy.cluster.metadata.brokers import MAX_PRODUCER_ID_BLOCK
 from eddy.cluster.metadata.commands import (
     AlterBrokerConfigs,
     AlterTopicConfigs,
     ChangePartitionLeader,
     CreateAcl,
+    CreateTopic,
     DeleteAcl,
     DeletePipeline,
     DeleteScramUser,
@@ -50,6 +53,7 @@ from eddy.cluster.metadata.commands import (
     UnfenceBroker,
     UpsertScramUser,
 )
+from eddy.cluster.metadata.topics import MAX_PARTITIONS
 from eddy.cluster.placement import HashRing
 from eddy.cluster.raft.driver import CONF_ADD_LEARNER, RaftDriver, WriteTimeout
 from eddy.cluster.raft.ready import (
@@ -66,6 +70,8 @@ from eddy.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
+#: the most producer-id blocks skipped for one floor (64 M ids)
+MAX_SKIP_BLOCKS = 64
 #: the commands a broker may ask the controller to propose as they are
 PASSTHROUGH = (AlterTopicConfigs, AlterBrokerConfigs, CreateAcl, DeleteAcl, UpsertScramUser,
                DeleteScramUser, RegisterPipeline, DeletePipeline)
@@ -288,9 +294,13 @@ class ControllerService:
             return self._result(await self.propose(cp))
         if isinstance(request, AllocateProducerIdsRequest):
             self._check_sender(peer, request.node_id)
+            await self._skip_producer_ids(request.node_id, request.floor)
             count = None if request.count <= 0 else request.count
             return self._result(await self.propose(c.allocate_producer_ids(request.node_id,
                                                                            count)))
+        if isinstance(request, ImportTopicRequest):
+            return self._result(await self.propose(self._import(peer, request)),
+                                topic_id=request.topic_id)
         if isinstance(request, ProposeRequest):
             try:
                 asked = decode_command(request.command)
@@ -302,6 +312,33 @@ class ControllerService:
                                       "controller's own")
             return self._result(await self.propose(asked))
         raise ControllerError(ErrorCode.invalid_request, "unknown request")
+
+    async def _skip_producer_ids(self, node_id: int, floor: int) -> None:
+        """Move the cluster's next producer id up to ``floor`` (a node that handed out ids
+        on its own before it joined) with blocks nobody uses."""
+        state = self.machine.state
+        for _ in range(MAX_SKIP_BLOCKS):
+            gap = floor - state.next_producer_id
+            if gap <= 0:
+                return
+            result = await self.propose(self.controller.allocate_producer_ids(
+                node_id, min(gap, MAX_PRODUCER_ID_BLOCK)))
+            if not result.ok:
+                raise ControllerError(result.code, result.message)
+        raise ControllerError(ErrorCode.invalid_request,
+                              f"floor: {floor} is more than {MAX_SKIP_BLOCKS} blocks ahead")
+
+    def _import(self, peer: bytes, request: ImportTopicRequest) -> CreateTopic:
+        owner = self.machine.state.key_owner(peer)
+        assert owner is not None  # _check_sender passed
+        if not 1 <= request.partitions <= MAX_PARTITIONS:
+            raise ControllerError(ErrorCode.invalid_partitions,
+                                  f"partitions: {request.partitions} is not between 1 and "
+                                  f"{MAX_PARTITIONS}")
+        # the state checks the rest when it applies (name and id free, id of 16 bytes)
+        return CreateTopic(request.name, request.topic_id,
+                           tuple((owner,) for _ in range(request.partitions)),
+                           tuple(sorted(request.configs, key=lambda e: e.name)))
 
     def _ensure_member(self, node_id: int) -> None:
         """A registered broker outside the quorum becomes a learner of the metadata group

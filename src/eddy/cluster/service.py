@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any
 
 from eddy.clock import Clock
 from eddy.cluster.controller import ControllerConfig
@@ -79,6 +80,7 @@ class ClusterService:
                                        leader_hint=self._raft_leader)
         self.agent: BrokerAgent | None = None
         self._changed = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.machine.on_change(lambda _index: self._changed.set())
 
     @property
@@ -130,7 +132,16 @@ class ClusterService:
                                      on_delete)
             self.agent.start()
 
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """A task of this node's cluster work, cancelled by ``stop``."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.agent is not None:
             await self.agent.stop()
         if self.controller is not None:
@@ -142,9 +153,10 @@ class ClusterService:
         """The controller's answer (see ``ControllerClient.call``)."""
         return await self.client.call(request, timeout_s)
 
-    async def allocate_producer_ids(self, count: int) -> int:
-        """The first id of a new block of ``count`` producer ids for this broker. Raises
-        ``KafkaError`` (COORDINATOR_NOT_AVAILABLE, or the controller's refusal)."""
+    async def allocate_producer_ids(self, count: int, floor: int = 0) -> int:
+        """The first id of a new block of ``count`` producer ids for this broker, all at or
+        above ``floor``. Raises ``KafkaError`` (COORDINATOR_NOT_AVAILABLE, or the
+        controller's refusal)."""
         agent = self.agent
         if agent is None:
             raise KafkaError(ErrorCode.coordinator_not_available, "this node is no broker")
@@ -152,7 +164,8 @@ class ClusterService:
             async with asyncio.timeout(REGISTRATION_WAIT_S):
                 await agent.registered.wait()
             answer = await self.ask(AllocateProducerIdsRequest(self.node_id, agent.epoch,
-                                                               count), REGISTRATION_WAIT_S)
+                                                               count, floor),
+                                    REGISTRATION_WAIT_S)
         except (TimeoutError, ControllerUnavailable) as exc:
             raise KafkaError(ErrorCode.coordinator_not_available,
                              f"no producer id block from the controller: {exc}") from None

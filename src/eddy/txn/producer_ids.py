@@ -12,8 +12,9 @@ from collections.abc import Awaitable, Callable
 from eddy.log.state_files import atomic_write
 from eddy.protocol.errors import ErrorCode, KafkaError
 
-#: given a block size, the first id of a new block (the controller's answer)
-BlockSource = Callable[[int], Awaitable[int]]
+#: given a block size and a floor (no id below it may be handed out), the first id of a new
+#: block (the controller's answer)
+BlockSource = Callable[[int, int], Awaitable[int]]
 
 BLOCK = 1000
 FILE = "producer-ids.json"
@@ -33,11 +34,14 @@ class ProducerIdAllocator:
         except FileNotFoundError:
             pass
         self._source: BlockSource | None = None
+        self.floor = 0
         self._lock = asyncio.Lock()
 
     def use_blocks_from(self, source: BlockSource) -> None:
-        """Take blocks from ``source`` (the controller) from now on."""
+        """Take blocks from ``source`` (the controller) from now on, above every id this
+        node handed out on its own (its producers' state still holds them)."""
         self._source = source
+        self.floor = self._block_end
         self._next = self._block_end = 0
 
     async def ensure(self) -> None:
@@ -48,7 +52,7 @@ class ProducerIdAllocator:
         async with self._lock:
             if self._block_end - self._next >= LOW_WATER:
                 return
-            first = await self._source(BLOCK)
+            first = await self._source(BLOCK, self.floor)
             self._next, self._block_end = first, first + BLOCK
 
     def allocate(self) -> int:
