@@ -12,6 +12,7 @@ RUNS = {
     "gossip_sim": (["--nodes", "20", "--seeds", "1", "--broadcasts", "3"], "conv_ms"),
     "mesh_rpc": (["--seconds", "0.3"], "1 mib requests, 4 in flight"),
     "raft_sim": (["--seeds", "3", "--nodes", "3"], "failures"),
+    "sim": (["--smoke"], "ctrl after crash"),
     "raft_storage": (["--smoke"], "recovery"),
     "placement": (["--smoke"], "max/min"),
     "metadata_failover": (["--rounds", "1"], "leaders moved"),

@@ -77,6 +77,19 @@ PASSTHROUGH = (AlterTopicConfigs, AlterBrokerConfigs, CreateAcl, DeleteAcl, Upse
                DeleteScramUser, RegisterPipeline, DeletePipeline)
 
 
+def passthrough_command(data: bytes) -> MetadataCommand:
+    """A ProposeRequest's command: decoded, and one a broker may ask for (else
+    ``ControllerError`` INVALID_REQUEST naming why)."""
+    try:
+        asked = decode_command(data)
+    except PostcardError as exc:
+        raise ControllerError(ErrorCode.invalid_request, f"command: {exc}") from None
+    if not isinstance(asked, PASSTHROUGH):
+        raise ControllerError(ErrorCode.invalid_request,
+                              f"command: {type(asked).__name__} is the controller's own")
+    return asked
+
+
 class ControllerService:
     def __init__(self, node_id: int, driver: RaftDriver, machine: MetadataMachine,
                  config: ControllerConfig, clock: Clock, cluster_id: str) -> None:
@@ -302,15 +315,7 @@ class ControllerService:
             return self._result(await self.propose(self._import(peer, request)),
                                 topic_id=request.topic_id)
         if isinstance(request, ProposeRequest):
-            try:
-                asked = decode_command(request.command)
-            except PostcardError as exc:
-                raise ControllerError(ErrorCode.invalid_request, f"command: {exc}") from None
-            if not isinstance(asked, PASSTHROUGH):
-                raise ControllerError(ErrorCode.invalid_request,
-                                      f"command: {type(asked).__name__} is the "
-                                      "controller's own")
-            return self._result(await self.propose(asked))
+            return self._result(await self.propose(passthrough_command(request.command)))
         raise ControllerError(ErrorCode.invalid_request, "unknown request")
 
     async def _skip_producer_ids(self, node_id: int, floor: int) -> None:

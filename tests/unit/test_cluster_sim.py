@@ -1,0 +1,180 @@
+"""The whole-cluster simulation (``eddy.cluster.sim_cluster``): a few hundred seeds of 3-
+and 5-node clusters (metadata Raft group, controllers, brokers, clients) under message
+loss, duplication, reordering, partitions, crashes losing unsynced writes, power cuts and
+clock jumps. Every Raft and metadata invariant is checked after each step, the cluster must
+settle once healed, and the key-value history must be linearizable. Deliberately broken
+variants (subclasses using the simulation's hooks) show that the checks do fail."""
+
+from __future__ import annotations
+
+import pytest
+
+from eddy.cluster.metadata import ApplyResult, MetadataState
+from eddy.cluster.metadata.commands import CreateTopic, FenceBroker, RegisterBroker, UnfenceBroker
+from eddy.cluster.raft.core import RaftNode
+from eddy.cluster.raft.ready import Ready
+from eddy.cluster.raft.types import Entry
+from eddy.cluster.sim_cluster import ClusterConfig, ClusterResult, ClusterSim
+from eddy.cluster.sim_cluster_check import MetaChecker, SafetyViolation
+from eddy.cluster.sim_cluster_node import (
+    CLIENT_BASE,
+    MetaNode,
+    ReadReply,
+    ReadRequest,
+    Rpc,
+    node_key,
+)
+from eddy.cluster.sim_cluster_service import Responder
+
+#: shorter runs than the bench's (a failure's replay command names these settings)
+DURATION_MS = 3_000
+SETTLE_MS = 4_500
+
+
+def _config(nodes: int) -> ClusterConfig:
+    return ClusterConfig(nodes=nodes, duration_ms=DURATION_MS, settle_ms=SETTLE_MS)
+
+
+def _run(nodes: int, seeds: range) -> list[ClusterResult]:
+    results = [ClusterSim(seed, _config(nodes)).run() for seed in seeds]
+    failures = [r.report() for r in results if r.failure]
+    assert not failures, "\n".join(failures)
+    for r in results:
+        assert r.activations >= 1 and r.kv_ops_ok > 0 and r.topics_created >= 1, r
+    return results
+
+
+@pytest.mark.parametrize("block", range(3))
+def test_three_node_clusters(block: int) -> None:
+    _run(3, range(block * 40, block * 40 + 40))
+
+
+@pytest.mark.parametrize("block", range(3))
+def test_five_node_clusters(block: int) -> None:
+    _run(5, range(5000 + block * 30, 5000 + block * 30 + 30))
+
+
+def test_the_runs_exercise_failover_fencing_and_leader_moves() -> None:
+    results = _run(5, range(500, 520))
+    assert sum(r.failovers for r in results) >= 10
+    assert sum(len(r.controller_after_crash_ms) for r in results) >= 5
+
+    def kind(name: str) -> int:
+        return sum(r.applied_kinds.get(name, 0) for r in results)
+
+    for name in ("FenceBroker", "UnfenceBroker", "ChangePartitionLeader", "ChangeIsr",
+                 "CreateTopic", "RegisterBroker", "AlterTopicConfigs"):
+        assert kind(name) >= 3, (name, kind(name))
+
+
+def test_every_node_losing_power_at_once_is_survived() -> None:
+    for seed in range(8):
+        config = ClusterConfig(nodes=3, crash_all_at_ms=(1_500, 3_000))
+        r = ClusterSim(seed, config).run()
+        assert r.failure is None, r.report()
+        assert r.power_cuts >= 1
+
+
+def test_a_seed_replays_exactly() -> None:
+    a = ClusterSim(11, ClusterConfig(nodes=5)).run()
+    b = ClusterSim(11, ClusterConfig(nodes=5)).run()
+    c = ClusterSim(12, ClusterConfig(nodes=5)).run()
+    assert a.digest == b.digest and a.events == b.events
+    assert a.digest != c.digest
+
+
+def test_a_failure_names_its_seed_and_replay_command() -> None:
+    r = _Diverges(3, ClusterConfig(nodes=3)).run()
+    assert r.failure is not None
+    assert "seed=3" in r.report()
+    assert "python -m bench.sim --nodes 3 --seed 3 --trace" in r.report()
+    short = _Diverges(4, _config(5)).run()
+    assert (f"python -m bench.sim --nodes 5 --seed 4 --duration-ms {DURATION_MS} "
+            f"--settle-ms {SETTLE_MS} --trace") in short.report()
+
+
+# -- the checks catch broken clusters -----------------------------------------------------
+class _Diverges(ClusterSim):
+    """Node 2's state machine skips some entries."""
+
+    def _apply_entry(self, meta: MetaNode, entry: Entry) -> ApplyResult:
+        if meta.node_id == 2 and entry.index % 23 == 0:
+            return ApplyResult()
+        return super()._apply_entry(meta, entry)
+
+
+class _StaleReads(ClusterSim):
+    """Reads served from whichever node gets them, without read-index."""
+
+    def _on_rpc(self, msg: Rpc) -> None:
+        node = self.nodes.get(msg.dst)
+        if (not msg.reply and isinstance(msg.body, ReadRequest) and msg.dst < CLIENT_BASE
+                and node is not None and node.raft is not None
+                and (msg.src, msg.dst) not in self.blocked):
+            value = self.read_register(msg.dst, msg.body.key)
+            Responder(self, msg.dst, msg).answer(ReadReply(True, value=value))
+            return
+        super()._on_rpc(msg)
+
+
+class _NeverStops(ClusterSim):
+    """A controller that keeps running after its node lost leadership."""
+
+    def _observe(self, raft: RaftNode, rd: Ready) -> None:
+        meta = self.meta[raft.id]
+        was = meta.controller.active
+        super()._observe(raft, rd)
+        if was and not meta.controller.active:
+            meta.controller.active = True
+
+
+def test_diverging_replicas_are_caught() -> None:
+    r = _Diverges(1, ClusterConfig(nodes=3)).run()
+    assert r.failure is not None and "metadata" in r.failure
+
+
+def test_stale_reads_are_caught_by_the_linearizability_check() -> None:
+    failures = [r.failure for r in (_StaleReads(s, ClusterConfig(nodes=3)).run()
+                                    for s in range(20)) if r.failure]
+    assert failures and all("linearizability" in f for f in failures)
+
+
+def test_a_controller_outliving_its_leadership_is_caught() -> None:
+    failures = [r.failure for r in (_NeverStops(s, ClusterConfig(nodes=3)).run()
+                                    for s in range(6)) if r.failure]
+    assert failures and all("controller safety" in f for f in failures)
+
+
+def _state_with_a_fenced_isr_member() -> MetadataState:
+    state = MetadataState()
+    for node in (1, 2):
+        assert state.apply(RegisterBroker(node, node_key(node), None, f"h{node}:1",
+                                          f"h{node}:2", 1)).ok
+        assert state.apply(UnfenceBroker(node, 1)).ok
+    assert state.apply(CreateTopic("t", bytes(range(1, 17)), ((1, 2),), ())).ok
+    assert state.apply(FenceBroker(2, 1)).ok  # its ISR removal not applied yet
+    return state
+
+
+def test_a_fenced_isr_member_is_a_transient_only() -> None:
+    checker = MetaChecker(fence_grace_ms=1_000)
+    state = _state_with_a_fenced_isr_member()
+    checker.check_fencing(10_000, 4, state)
+    checker.check_fencing(10_900, 4, state)
+    checker.check_fencing(11_500, 5, state)  # a new controller gets its own grace
+    with pytest.raises(SafetyViolation, match=r"fencing: .*fenced ISR members \[2\]"):
+        checker.check_fencing(12_600, 5, state)
+
+
+def test_replicas_at_one_index_must_hold_one_state() -> None:
+    checker = MetaChecker(fence_grace_ms=1_000)
+    a, b = _state_with_a_fenced_isr_member(), _state_with_a_fenced_isr_member()
+    checker.on_state(1, 7, a)
+    checker.on_state(2, 7, b)
+    assert b.apply(UnfenceBroker(2, 1)).ok
+    checker.on_state(2, 8, b)
+    with pytest.raises(SafetyViolation, match="metadata prefix: node 3"):
+        checker.on_state(3, 7, b)
+    with pytest.raises(SafetyViolation, match="controller safety"):
+        checker.controller_started(1, 3)
+        checker.controller_started(2, 3)
