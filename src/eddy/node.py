@@ -119,6 +119,7 @@ async def _start_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
     if cluster.offsets is not None:  # a voter: it may lead the offsets group
         broker.groups.store = RaftGroupStore(broker.groups, cluster.offsets,
                                              cluster.offsets_machine)
+        cluster.on_offsets_imported = broker.groups.replay_records
     return cluster
 
 

@@ -350,12 +350,14 @@ def test_three_nodes_one_cluster_controller_failover_and_full_restart(tmp_path: 
 def test_a_single_nodes_data_dir_joins_a_cluster_with_its_topics(tmp_path: Path) -> None:
     """A data dir written by a node of its own, started as node 1 of a cluster: its topics
     become the cluster's (same ids, on node 1), their records are served through any node,
-    and nothing of it is deleted."""
+    nothing of it is deleted, and its groups' committed offsets move into the offsets
+    group."""
     solo = EddyProcess(tmp_path / "n1", ["--node-id", "1"]).start()
     try:
         create(solo, "legacy", 2, 1)
         assert produce(solo, "legacy", 20, "old") == 20
         ids = topic_ids(solo, ["legacy"])
+        commit(solo, "old-group", "legacy", {0: 3, 1: 4})
     finally:
         _ADMINS.clear()
         solo.stop()
@@ -373,6 +375,9 @@ def test_a_single_nodes_data_dir_joins_a_cluster_with_its_topics(tmp_path: Path)
         got = consume_all(cluster[3], "legacy", "g-legacy", 20, tag=b"old:")
         assert sorted(got) == sorted(f"old:{i}".encode() for i in range(20))
         assert produce(cluster[2], "legacy", 5, "new") == 5
+        # the group the node kept on its own is in the offsets group now
+        wait_for(lambda: committed(cluster[3], "old-group", "legacy") == {0: 3, 1: 4}, 30,
+                 "the old group's committed offsets, through any node")
     finally:
         _ADMINS.clear()
         for n in cluster.values():

@@ -28,7 +28,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from eddy.cluster.controller_client import ControllerUnavailable
-from eddy.cluster.controller_rpc import ImportTopicRequest
+from eddy.cluster.controller_rpc import ImportOffsetsRequest, ImportTopicRequest
 from eddy.cluster.metadata import MetadataState
 from eddy.cluster.metadata.records import ConfigEntry
 from eddy.log.state_files import atomic_write
@@ -41,6 +41,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MADE_FILE = "cluster-topics.json"
+OFFSETS_MARK = "offsets-imported"
+#: the most records (and bytes) one ImportOffsetsRequest carries
+CHUNK_RECORDS = 1000
+CHUNK_BYTES = 1 << 20
+
+
+def _chunks(records: list[tuple[bytes, bytes]]) -> list[list[tuple[bytes, bytes]]]:
+    out: list[list[tuple[bytes, bytes]]] = []
+    size = 0
+    for record in records:
+        if not out or len(out[-1]) >= CHUNK_RECORDS or size >= CHUNK_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(record)
+        size += len(record[0]) + len(record[1])
+    return out
 IMPORT_WAIT_S = 30.0
 
 
@@ -179,6 +195,32 @@ class ReplicaSync:
             else:
                 log.error("local topic %s not imported (%s): kept on disk, not served",
                           topic.name, answer.message)
+        await self._import_offsets(cluster)
+
+    async def _import_offsets(self, cluster: ClusterService) -> None:
+        """This node's own committed offsets and groups (its ``__consumer_offsets``) into the
+        offsets group, once (``offsets-imported`` marks it done)."""
+        mark = os.path.join(self.broker.config.data_dir, OFFSETS_MARK)
+        if os.path.exists(mark):
+            return
+        loop = asyncio.get_running_loop()
+        records = await loop.run_in_executor(None, self.broker.groups.local_records)
+        for chunk in _chunks(records):
+            try:
+                answer = await cluster.ask(ImportOffsetsRequest(tuple(chunk)), IMPORT_WAIT_S)
+            except ControllerUnavailable as exc:
+                answer = None
+                log.error("group records not imported: %s (tried again at the next start)",
+                          exc)
+            if answer is None or answer.error_code != ErrorCode.none:
+                if answer is not None:
+                    log.error("group records not imported: %s (tried again at the next "
+                              "start)", answer.message)
+                return
+        atomic_write(mark, b"")
+        if records:
+            log.info("%d group records of this node's own are now the cluster's",
+                     len(records))
 
     def _delete(self, name: str, why: str) -> None:
         try:

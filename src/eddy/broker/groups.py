@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from eddy.broker.producers import COMMIT, control_type
@@ -62,7 +63,7 @@ class GroupService:
         """Whether this broker coordinates groups now (always, on a node of its own)."""
         return self.store is None or self.store.serving
 
-    def reload(self, records: list[tuple[bytes, bytes | None]]) -> None:
+    def reload(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         """Start over from ``records`` (a cluster's offsets group, on becoming its leader):
         a fresh coordinator; requests still waiting on the old one are cancelled."""
         if self._timer is not None:
@@ -72,6 +73,11 @@ class GroupService:
             fut.cancel()
         self._waiting.clear()
         self.coordinator = GroupCoordinator(self._config)
+        self.replay_records(records)
+
+    def replay_records(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        """Records that reached the cluster's offsets group without this coordinator
+        (imported from a joining node's own groups)."""
         for key, value in records:
             try:
                 self.coordinator.replay(key, value)
@@ -94,6 +100,28 @@ class GroupService:
 
     def _replay(self, plog: PartitionLog) -> int:
         """Apply the log in order; transactional offset commits wait for their marker."""
+        return self._scan(plog, lambda records: self._apply_records(plog, records))
+
+    def local_records(self) -> list[tuple[bytes, bytes]]:
+        """The live records of this node's own ``__consumer_offsets`` (the latest value of
+        each key, committed transactions' included): what a node that held groups on its
+        own brings into a cluster's offsets group."""
+        topic = self._broker.logs.get(OFFSETS_TOPIC)
+        latest: dict[bytes, bytes | None] = {}
+
+        def keep(records: list[tuple[bytes, bytes | None]]) -> int:
+            latest.update(records)
+            return len(records)
+
+        for plog in topic.partitions if topic is not None else ():
+            self._scan(plog, keep, track_open=False)
+        return sorted((k, v) for k, v in latest.items() if v is not None)
+
+    def _scan(self, plog: PartitionLog,
+              sink: Callable[[list[tuple[bytes, bytes | None]]], int],
+              track_open: bool = True) -> int:
+        """Feed ``sink`` the log's records in order, a transaction's once committed;
+        ``track_open``: keep those of transactions still open at the end."""
         count = 0
         open_txns: dict[int, list[tuple[bytes, bytes | None]]] = {}
         for seg in plog.segments:
@@ -105,14 +133,16 @@ class GroupService:
                 if h.is_control:
                     records = open_txns.pop(h.producer_id, [])
                     if control_type(batch) == COMMIT:
-                        count += self._apply_records(plog, records)
+                        count += sink(records)
                     continue
                 records = [(r.key, r.value) for r in decode_batch_records(batch)
                            if r.key is not None]
                 if h.is_transactional:
                     open_txns.setdefault(h.producer_id, []).extend(records)
                 else:
-                    count += self._apply_records(plog, records)
+                    count += sink(records)
+        if not track_open:
+            return count
         for pid, records in open_txns.items():
             # a transaction still open at the end of the log: the transaction coordinator
             # decides its outcome when it loads (commit of a prepared one applies these)

@@ -60,11 +60,16 @@ class ControllerClient:
         self.hint = 0
         self._order = sorted(voters)
         self._next = 0
+        self._redirect = 0  # the node a NOT_CONTROLLER answer named, asked next
         self._dialled: dict[int, bytes] = {}
 
     def _target(self) -> int:
-        # a voter's own Raft group knows the leader best (it moves on at once after an
-        # election); then the last controller heard of; then each voter in turn
+        # where the last answer sent us; else a voter's own Raft group knows the leader best
+        # (it moves on at once after an election); then the last controller heard of; then
+        # each voter in turn
+        if self._redirect > 0:
+            target, self._redirect = self._redirect, 0
+            return target
         if self.leader_hint is not None and (leader := self.leader_hint()) > 0:
             return leader
         if self.hint > 0:
@@ -119,8 +124,9 @@ class ControllerClient:
                 self.hint = target
                 return answer
             last = answer
-            self.hint = answer.controller if answer.controller not in (target, -1) else 0
-            if self.hint == 0:
+            named = answer.controller if answer.controller not in (target, -1) else 0
+            self.hint = self._redirect = named
+            if named == 0:
                 await asyncio.sleep(RETRY_PAUSE_S)  # an election is under way
 
 

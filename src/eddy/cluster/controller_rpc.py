@@ -23,6 +23,7 @@ __all__ = [
     "CreateTopicRequest",
     "DeleteTopicRequest",
     "HeartbeatRequest",
+    "ImportOffsetsRequest",
     "ImportTopicRequest",
     "ProposeRequest",
     "QuorumRequest",
@@ -123,6 +124,16 @@ class ImportTopicRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class ImportOffsetsRequest:
+    """Group records this broker kept on its own before it joined (its
+    ``__consumer_offsets``), for the leader of the offsets group: a key the group already
+    holds is left as it is."""
+
+    VARIANT: ClassVar[int] = 9
+    records: tuple[tuple[bytes, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaProgress:
     """A voter or observer as the leader sees it: ``log_end`` is what it has of the log
     (the leader's own last index for itself), -1 when unknown."""
@@ -150,6 +161,7 @@ ControllerRequest = (
     | AllocateProducerIdsRequest
     | QuorumRequest
     | ImportTopicRequest
+    | ImportOffsetsRequest
 )
 
 

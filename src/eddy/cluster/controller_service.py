@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from eddy.clock import Clock
 from eddy.cluster.controller import Controller, ControllerConfig, ControllerError
@@ -25,6 +25,7 @@ from eddy.cluster.controller_rpc import (
     CreateTopicRequest,
     DeleteTopicRequest,
     HeartbeatRequest,
+    ImportOffsetsRequest,
     ImportTopicRequest,
     ProposeRequest,
     QuorumRequest,
@@ -108,6 +109,9 @@ class ControllerService:
         self._adding: asyncio.Future[None] | None = None
         #: who leads the offsets group (heartbeat replies tell brokers outside it)
         self.offsets_leader: Callable[[], int] = lambda: -1
+        #: where ImportOffsetsRequest goes (the node's offsets group, when it runs one)
+        self.import_offsets: Callable[[ImportOffsetsRequest],
+                                      Awaitable[ControllerReply]] | None = None
         self._previous_hook = driver.on_soft_state
         driver.on_soft_state = self._on_soft_state
 
@@ -266,6 +270,11 @@ class ControllerService:
                                   "(mesh key not registered for it)")
 
     async def _answer(self, peer: bytes, request: object) -> ControllerReply:
+        if isinstance(request, ImportOffsetsRequest):  # for the offsets group's leader
+            self._check_sender(peer, None)
+            if self.import_offsets is None:
+                raise ControllerError(ErrorCode.not_controller, "no offsets group here")
+            return await self.import_offsets(request)
         if not self.controller.active:
             raise ControllerError(ErrorCode.not_controller, "this node is not the controller")
         now = self.clock.now_ms()

@@ -26,13 +26,16 @@ from eddy.cluster.controller_rpc import (
     AllocateProducerIdsRequest,
     ControllerReply,
     ControllerRequest,
+    ImportOffsetsRequest,
+    reply,
 )
 from eddy.cluster.controller_service import ControllerService
 from eddy.cluster.machine import MetadataMachine
 from eddy.cluster.metadata import MetadataState
 from eddy.cluster.multiraft import MultiRaft
-from eddy.cluster.offsets import OFFSETS_GROUP, OffsetsMachine
-from eddy.cluster.raft.driver import RaftDriver, RaftStatus
+from eddy.cluster.offsets import OFFSETS_GROUP, OffsetsMachine, encode_entry
+from eddy.cluster.raft.driver import RaftDriver, RaftStatus, WriteTimeout
+from eddy.cluster.raft.ready import ProposalDropped
 from eddy.cluster.raft_admin import ClusterRaftAdmin
 from eddy.cluster.raft_transport import MeshRaftTransport
 from eddy.config import BrokerConfig
@@ -75,6 +78,10 @@ class ClusterService:
         #: the offsets group (voters only): consumer groups and committed offsets
         self.offsets: RaftDriver | None = None
         self.offsets_machine = OffsetsMachine()
+        #: told of records imported into the offsets group here (its leader), so the group
+        #: coordinator serving here has them too
+        self.on_offsets_imported: Callable[[list[tuple[bytes, bytes | None]]], None] | None \
+            = None
         self.controller: ControllerService | None = None
         self.client = ControllerClient(self.node_id, mesh, self.voters,
                                        leader_hint=self._raft_leader)
@@ -122,6 +129,8 @@ class ClusterService:
                                             controller_config(self.config), self.clock,
                                             self.local_cluster_id)
         self.controller.offsets_leader = self.offsets_leader
+        if self.offsets is not None:
+            self.controller.import_offsets = self._import_offsets
         self.client.local = self.controller
         self.mesh.rpc.handle(TAG_CONTROLLER, self.controller.handle)
         self.controller.start()
@@ -152,6 +161,25 @@ class ClusterService:
     async def ask(self, request: ControllerRequest, timeout_s: float) -> ControllerReply:
         """The controller's answer (see ``ControllerClient.call``)."""
         return await self.client.call(request, timeout_s)
+
+    async def _import_offsets(self, request: ImportOffsetsRequest) -> ControllerReply:
+        """A joining broker's own group records, into the offsets group (this node leads
+        it; else NOT_CONTROLLER names who does). Keys the group holds are kept as they are."""
+        driver = self.offsets
+        if driver is None or not driver.is_leader:
+            return reply(ErrorCode.not_controller, "not the offsets group's leader",
+                         controller=self.offsets_leader())
+        fresh: list[tuple[bytes, bytes | None]] = [
+            (k, v) for k, v in request.records if k not in self.offsets_machine.records]
+        if fresh:
+            try:
+                await driver.propose(encode_entry(fresh))
+            except (ProposalDropped, WriteTimeout) as exc:
+                return reply(ErrorCode.not_controller, str(exc),
+                             controller=self.offsets_leader())
+            if self.on_offsets_imported is not None:  # the coordinator serving here
+                self.on_offsets_imported(fresh)
+        return reply(controller=self.node_id, value=len(fresh))
 
     async def allocate_producer_ids(self, count: int, floor: int = 0) -> int:
         """The first id of a new block of ``count`` producer ids for this broker, all at or
