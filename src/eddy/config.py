@@ -302,6 +302,10 @@ class BrokerConfig(BaseModel):
         if self.node_id in voters and "controller" not in self.roles:
             raise ValueError(f"node.id {self.node_id} is in controller.quorum.voters: add "
                              "controller to process.roles")
+        if voters and "gateway" in self.roles:
+            raise ValueError("process.roles gateway with controller.quorum.voters: gateways "
+                             "route by the mesh's announcements and do not follow a "
+                             "cluster's metadata yet; clients can bootstrap to any broker")
         if not self.roles & {"broker", "gateway"}:
             raise ValueError("process.roles needs broker or gateway (every node serves Kafka "
                              "clients; a controller-only node is not built yet)")

@@ -100,6 +100,8 @@ def test_quorum_voters_decide_the_mesh_address_the_seeds_and_the_controller_role
          "must be above"),
         ({"node_id": 1, "process.roles": "controller", "controller.quorum.voters": voters},
          "needs broker or gateway"),
+        ({"node_id": 7, "process.roles": "broker,gateway", "controller.quorum.voters": voters},
+         "gateways route"),
     ]:
         with pytest.raises(ConfigError, match=needle):
             load_config(env={}, overrides=bad)

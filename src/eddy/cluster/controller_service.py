@@ -56,7 +56,7 @@ from eddy.cluster.metadata.commands import (
 )
 from eddy.cluster.metadata.topics import MAX_PARTITIONS
 from eddy.cluster.placement import HashRing
-from eddy.cluster.raft.driver import CONF_ADD_LEARNER, RaftDriver, WriteTimeout
+from eddy.cluster.raft.driver import CONF_ADD_LEARNER, DriverStopped, RaftDriver, WriteTimeout
 from eddy.cluster.raft.ready import (
     ConfChangeError,
     NotLeader,
@@ -252,9 +252,11 @@ class ControllerService:
             answer = self._refused(exc.code, exc.message)
         except NotLeader as exc:
             answer = reply(ErrorCode.not_controller, str(exc), controller=exc.leader_hint or -1)
-        except WriteTimeout as exc:
+        except (WriteTimeout, DriverStopped) as exc:
+            # the outcome is unknown (the entry may still commit): not NOT_CONTROLLER, which
+            # the client retries, so a retried CreateTopic cannot meet its own topic
             answer = reply(ErrorCode.request_timed_out, str(exc), controller=self.node_id)
-        except ProposalDropped as exc:
+        except ProposalDropped as exc:  # replaced by another leader's entry: never applied
             answer = self._refused(ErrorCode.not_controller, str(exc))
         return answer
 
