@@ -14,6 +14,7 @@ from typing import ClassVar
 from eddy.cluster.metadata.records import ConfigEntry
 from eddy.mesh import postcard
 from eddy.mesh.postcard import I16, I32, I64
+from eddy.protocol.errors import ErrorCode
 
 __all__ = [
     "AllocateProducerIdsRequest",
@@ -32,6 +33,7 @@ __all__ = [
     "ReplicaProgress",
     "decode_reply",
     "decode_request",
+    "error_of",
 ]
 
 #: the most topic ids one heartbeat reports (the controller's StorageGc bound)
@@ -190,6 +192,15 @@ def reply(error_code: int = 0, message: str | None = None, *, controller: int = 
           offsets_leader: int = -1) -> ControllerReply:
     return ControllerReply(error_code, message, controller, value, topic_id, fenced,
                            delete_topics, quorum, offsets_leader)
+
+
+def error_of(answer: ControllerReply) -> ErrorCode:
+    """The answer's error as Kafka's code; a number Kafka does not define (a peer's bytes
+    are not trusted) is UNKNOWN_SERVER_ERROR."""
+    try:
+        return ErrorCode(answer.error_code)
+    except ValueError:
+        return ErrorCode.unknown_server_error
 
 
 def decode_request(data: bytes) -> ControllerRequest:

@@ -24,6 +24,7 @@ from eddy.cluster.controller_rpc import (
     CreatePartitionsRequest,
     CreateTopicRequest,
     DeleteTopicRequest,
+    error_of,
 )
 from eddy.cluster.metadata import MetadataState
 from eddy.cluster.metadata.records import ConfigEntry
@@ -66,7 +67,7 @@ async def ask(cluster: ClusterService, request: ControllerRequest) -> Controller
     except ControllerUnavailable as exc:
         raise KafkaError(ErrorCode.request_timed_out, str(exc)) from None
     if answer.error_code != ErrorCode.none:
-        raise KafkaError(ErrorCode(answer.error_code), answer.message or "")
+        raise KafkaError(error_of(answer), answer.message or "")
     return answer
 
 

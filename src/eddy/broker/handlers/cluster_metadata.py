@@ -14,7 +14,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from eddy.cluster.controller_client import ControllerUnavailable
-from eddy.cluster.controller_rpc import CreateTopicRequest
+from eddy.cluster.controller_rpc import CreateTopicRequest, error_of
 from eddy.cluster.metadata import NO_LEADER, MetadataState
 from eddy.cluster.metadata.records import TopicRecord
 from eddy.log.manager import validate_topic_name
@@ -77,7 +77,7 @@ async def auto_create(cluster: ClusterService, name: str) -> ErrorCode | None:
     except ControllerUnavailable:
         return ErrorCode.leader_not_available
     if answer.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
-        return ErrorCode(answer.error_code)
+        return error_of(answer)
     if await cluster.wait_applied(lambda s: s.topic(name) is not None, APPLY_WAIT_S):
         return None
     return ErrorCode.leader_not_available

@@ -11,7 +11,7 @@ from typing import Any
 from eddy.broker.broker import Broker
 from eddy.broker.handlers.cluster_metadata import CONTROLLER_WAIT_S, host_port
 from eddy.cluster.controller_client import ControllerUnavailable
-from eddy.cluster.controller_rpc import QuorumRequest, ReplicaProgress
+from eddy.cluster.controller_rpc import QuorumRequest, ReplicaProgress, error_of
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode
@@ -49,7 +49,7 @@ async def describe_quorum(broker: Broker, req: Request) -> Any:
         return _response(mod, ErrorCode.request_timed_out, str(exc))
     q = answer.quorum
     if answer.error_code != ErrorCode.none or q is None:
-        return _response(mod, ErrorCode(answer.error_code or ErrorCode.not_controller),
+        return _response(mod, error_of(answer) or ErrorCode.not_controller,
                          answer.message)
     part = build(mod.PartitionData, partition_index=0, error_code=ErrorCode.none,
                  error_message=None, leader_id=q.leader, leader_epoch=q.term,
