@@ -43,6 +43,7 @@ from eddy.cluster.controller_rpc import (
 from eddy.cluster.metadata.commands import MetadataCommand
 from eddy.cluster.metadata.records import MetadataSnapshot
 from eddy.cluster.metadata.state import MetadataSnapshotError, MetadataState
+from eddy.cluster.offsets import OffsetsEntry, OffsetsMachine, OffsetsSnapshot
 from eddy.cluster.raft.core import RaftNode
 from eddy.cluster.raft.memstore import MemoryLogStore
 from eddy.cluster.raft.messages import (
@@ -109,6 +110,8 @@ MESSAGES: list[Any] = [
     RaftMessage, ConfChangeEntry, MetadataCommand, MetadataSnapshot,
     # brokers' requests to the controller and its answers (tag 0x06)
     ControllerRequest, ControllerReply,
+    # the offsets group's entries and snapshots
+    OffsetsEntry, OffsetsSnapshot,
 ]
 DOCUMENTED = (FrameError, PostcardError)
 
@@ -141,6 +144,10 @@ def _decode(tp: Any, data: bytes) -> None:
             MetadataState().restore(data)
     elif tp is ControllerRequest:
         _ask_controller(data)
+    elif tp is OffsetsEntry:
+        OffsetsMachine().apply(1, data)  # a bad entry is refused, never a raise
+    elif tp is OffsetsSnapshot:
+        OffsetsMachine().restore(data)
 
 
 def _ask_controller(data: bytes) -> None:
@@ -217,6 +224,8 @@ def seed_messages() -> list[tuple[int, Any]]:
         (TAG_CONTROLLER, RegisterRequest(2, "r1", "127.0.0.1:9092", "127.0.0.1:7946")),
         (TAG_CONTROLLER, HeartbeatRequest(2, 1, (bytes(16),))),
         (TAG_CONTROLLER, CreateTopicRequest("t", 3, 1, (), False)),
+        (TAG_RAFT, OffsetsEntry(((b"\x00\x01key", b"value"), (b"\x00\x02gone", None)))),
+        (TAG_RAFT, OffsetsSnapshot(((b"\x00\x01key", b"value"),))),
     ]
 
 

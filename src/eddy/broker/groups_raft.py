@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from eddy.cluster.offsets import OffsetsMachine, encode_entry
 from eddy.cluster.raft.driver import RaftDriver, WriteTimeout
-from eddy.cluster.raft.ready import NotLeader, ProposalDropped, Role, SoftState
+from eddy.cluster.raft.ready import ProposalDropped, Role, SoftState
 from eddy.groups.state import Write
 from eddy.protocol.errors import ErrorCode
 
@@ -63,15 +63,7 @@ class RaftGroupStore:
 
     async def _load(self) -> None:
         try:
-            while self.driver.is_leader:
-                try:
-                    await self.driver.read_barrier()
-                    break
-                except (NotLeader, ProposalDropped):
-                    return
-                except WriteTimeout:
-                    continue
-            if not self.driver.is_leader:
+            if not await self.driver.caught_up_as_leader():
                 return
             records = self.machine.ordered()
             self.service.reload(records)

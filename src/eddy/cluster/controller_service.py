@@ -157,15 +157,7 @@ class ControllerService:
 
     async def _become_active(self, previous_leader: int) -> None:
         try:
-            while self.driver.is_leader:
-                try:
-                    await self.driver.read_barrier()
-                    break
-                except (NotLeader, ProposalDropped):
-                    return
-                except WriteTimeout:
-                    continue
-            if not self.driver.is_leader:
+            if not await self.driver.caught_up_as_leader():
                 return
             suspects = [previous_leader] if previous_leader not in (0, self.node_id) else []
             self.controller.start(self.clock.now_ms(), suspects)

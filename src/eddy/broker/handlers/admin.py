@@ -13,6 +13,8 @@ from eddy.broker.handlers import cluster_admin
 from eddy.broker.handlers.topic_results import (
     MAX_PARTITIONS_PER_REQUEST,
     created_configs,
+    creation_partitions,
+    deletion_targets,
     too_many_partitions,
 )
 from eddy.protocol.apis import ApiKey
@@ -50,10 +52,7 @@ async def create_topics(broker: Broker, req: Request) -> Any:
     counts = Counter(t.name for t in body.topics)
     results = []
     now = broker.clock.now_ms()
-    too_many = too_many_partitions(sum(
-        len(t.assignments) if t.assignments
-        else broker.config.num_partitions if t.num_partitions == -1 else max(t.num_partitions, 0)
-        for t in body.topics))
+    too_many = too_many_partitions(creation_partitions(body, broker.config.num_partitions))
     for t in body.topics:
         code, message = ErrorCode.none, None
         topic_id = uuid.UUID(int=0)
@@ -108,11 +107,7 @@ async def delete_topics(broker: Broker, req: Request) -> Any:
         return await cluster_admin.delete_topics(broker, req)
     body = req.body
     mod = response_module(ApiKey.DELETE_TOPICS, req.api_version)
-    wanted: list[tuple[str | None, uuid.UUID | None]]
-    if hasattr(body, "topic_names"):
-        wanted = [(n, None) for n in body.topic_names]
-    else:
-        wanted = [(t.name, t.topic_id) for t in body.topics]
+    wanted = deletion_targets(body)
     results = []
     for name, topic_id in wanted:
         code, message = ErrorCode.none, None

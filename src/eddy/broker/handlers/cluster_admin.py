@@ -16,7 +16,12 @@ from eddy.broker.handlers.cluster_metadata import (
     CONTROLLER_WAIT_S,
     live_brokers,
 )
-from eddy.broker.handlers.topic_results import created_configs, too_many_partitions
+from eddy.broker.handlers.topic_results import (
+    created_configs,
+    creation_partitions,
+    deletion_targets,
+    too_many_partitions,
+)
 from eddy.cluster.controller_client import ControllerUnavailable
 from eddy.cluster.controller_rpc import (
     ControllerReply,
@@ -76,10 +81,7 @@ async def create_topics(broker: Broker, req: Request) -> Any:
     body = req.body
     mod = response_module(ApiKey.CREATE_TOPICS, req.api_version)
     counts = Counter(t.name for t in body.topics)
-    too_many = too_many_partitions(sum(
-        len(t.assignments) if t.assignments
-        else broker.config.num_partitions if t.num_partitions == -1 else max(t.num_partitions, 0)
-        for t in body.topics))
+    too_many = too_many_partitions(creation_partitions(body, broker.config.num_partitions))
     results = []
     for t in body.topics:
         code, message = ErrorCode.none, None
@@ -127,11 +129,7 @@ async def delete_topics(broker: Broker, req: Request) -> Any:
     cluster = _cluster(broker)
     body = req.body
     mod = response_module(ApiKey.DELETE_TOPICS, req.api_version)
-    wanted: list[tuple[str | None, uuid.UUID | None]]
-    if hasattr(body, "topic_names"):
-        wanted = [(n, None) for n in body.topic_names]
-    else:
-        wanted = [(t.name, t.topic_id) for t in body.topics]
+    wanted = deletion_targets(body)
     results = []
     for name, topic_id in wanted:
         code, message = ErrorCode.none, None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from eddy.log.config import TOPIC_CONFIGS
@@ -43,3 +44,17 @@ def created_configs(broker: Broker, mod: Any, overrides: dict[str, str]) -> tupl
         )
         for name, d in sorted(TOPIC_CONFIGS.items())
     )
+
+
+def creation_partitions(body: Any, default: int) -> int:
+    """How many partitions a CreateTopics request would create in all (-1: ``default``)."""
+    return sum(len(t.assignments) if t.assignments
+               else default if t.num_partitions == -1 else max(t.num_partitions, 0)
+               for t in body.topics)
+
+
+def deletion_targets(body: Any) -> list[tuple[str | None, uuid.UUID | None]]:
+    """DeleteTopics' (name, id) pairs: names only before v6, either from v6."""
+    if hasattr(body, "topic_names"):
+        return [(n, None) for n in body.topic_names]
+    return [(t.name, t.topic_id) for t in body.topics]

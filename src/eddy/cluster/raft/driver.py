@@ -278,6 +278,20 @@ class RaftDriver(ReadyHandling):
                         what, elapsed_ms, self.slow_write_ms)
         return result
 
+    async def caught_up_as_leader(self) -> bool:
+        """For what runs on a group's leader (the controller, a coordinator): wait, while
+        this node leads, until it applied everything committed before its term; False if
+        it stopped leading first."""
+        while self.is_leader:
+            try:
+                await self.read_barrier()
+                return self.is_leader
+            except WriteTimeout:
+                continue
+            except ProposalDropped:  # not the leader any more, or stopped
+                return False
+        return False
+
     async def read_barrier(self) -> int:
         """Linearizable read point: returns once this node applied everything committed
         before the call (confirmed by a quorum through read-index)."""
