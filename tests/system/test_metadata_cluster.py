@@ -17,9 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from broker_configs_raw import alter_broker_config, describe_broker_default
 from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
+    KafkaError,
     KafkaException,
     Producer,
     TopicCollection,
@@ -30,6 +32,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     NewTopic,
     ResourceType,
 )
@@ -49,6 +52,7 @@ from mesh_cluster import free_udp_port, wait_for
 from eddy.client.raw import RawClient
 
 IDS = (1, 2, 3)
+DYNAMIC_DEFAULT = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
 
 
 def nodes(tmp: Path) -> dict[int, EddyProcess]:
@@ -108,10 +112,26 @@ def set_config(node: EddyProcess, topic: str, name: str, value: str) -> None:
     admin(node).incremental_alter_configs([resource])[resource].result(20)
 
 
-def topic_config(node: EddyProcess, topic: str, name: str) -> str:
+def topic_entry(node: EddyProcess, topic: str, name: str) -> Any:
     resource = ConfigResource(ResourceType.TOPIC, topic)
-    entries = admin(node).describe_configs([resource])[resource].result(20)
-    return str(entries[name].value)
+    return admin(node).describe_configs([resource])[resource].result(20)[name]
+
+
+def topic_config(node: EddyProcess, topic: str, name: str) -> str:
+    return str(topic_entry(node, topic, name).value)
+
+
+def too_large(node: EddyProcess, topic: str, size: int) -> set[int]:
+    """The partitions whose leader refused a record of ``size`` bytes as too large."""
+    refused: set[int] = set()
+    p = Producer({"bootstrap.servers": node.bootstrap, "message.max.bytes": 10_000_000,
+                  "retries": 0})
+    for partition in range(6):
+        p.produce(topic, b"x" * size, partition=partition, on_delivery=lambda err, m: (
+            refused.add(m.partition()) if err is not None
+            and err.code() == KafkaError.MSG_SIZE_TOO_LARGE else None))
+    p.flush(20)
+    return refused
 
 
 def produce(node: EddyProcess, topic: str, count: int, tag: str) -> int:
@@ -275,6 +295,19 @@ def test_three_nodes_one_cluster_controller_failover_and_full_restart(tmp_path: 
         set_config(cluster[1], "orders", "retention.ms", "3600000")
         assert all(topic_config(n, "orders", "retention.ms") == "3600000"
                    for n in cluster.values())
+
+        # a dynamic broker default set through one node is every broker's: every node
+        # describes it, and the leaders on every node refuse a record over it
+        assert alter_broker_config(cluster[2].port, "", "message.max.bytes", "100000") == 0
+        for n in cluster.values():
+            wait_for(lambda n=n: describe_broker_default(n.port) == {  # type: ignore[misc]
+                "message.max.bytes": ("100000", DYNAMIC_DEFAULT)}, 10, "the default")
+            entry = topic_entry(n, "orders", "max.message.bytes")
+            assert (entry.value, entry.source) == ("100000", DYNAMIC_DEFAULT)
+        assert too_large(cluster[1], "orders", 200_000) == set(range(6))
+        assert alter_broker_config(cluster[3].port, "", "message.max.bytes", None) == 0
+        wait_for(lambda: not any(describe_broker_default(n.port) for n in cluster.values()),
+                 10, "the default deleted everywhere")
 
         assert produce(cluster[3], "orders", 300, "a") == 300
         got = consume_all(cluster[1], "orders", "g1", 300)

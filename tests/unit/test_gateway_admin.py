@@ -187,7 +187,8 @@ def test_executor_runs_every_admin_op(broker: Broker) -> None:
         inc = await ex.run(oa.KAFKA_OP_INCREMENTAL_ALTER_CONFIGS, oa.IncrementalAlterConfigsOp(
             (oa.IncrementalResource(configs.TOPIC, "t", (
                 oa.IncrementalConfig("retention.ms", configs.SET, "1234"),)),
-             oa.IncrementalResource(configs.BROKER, "1", ())), False))
+             oa.IncrementalResource(configs.BROKER, "1", (
+                 oa.IncrementalConfig("num.partitions", configs.SET, "3"),))), False))
         assert [(r.name, r.error_code) for r in inc.resources] == [
             ("t", 0), ("1", ErrorCode.invalid_request)]
         described = await ex.run(oa.KAFKA_OP_DESCRIBE_CONFIGS, oa.DescribeConfigsOp(

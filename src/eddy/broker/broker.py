@@ -10,6 +10,7 @@ import os
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from eddy.broker.dynamic_configs import DynamicConfigs
 from eddy.broker.flusher import Flusher
 from eddy.broker.groups import GroupService
 from eddy.broker.producers import ProducerStates
@@ -53,6 +54,7 @@ class Broker:
         self.clock = clock
         self.node_id = config.node_id
         self.logs = LogManager(config.data_dir, config.topic_defaults())
+        self.dynamic_configs = DynamicConfigs(self)
         self.notifier = AppendNotifier()
         self.flusher = Flusher(clock)
         self.groups = GroupService(self)
@@ -73,6 +75,7 @@ class Broker:
     def load(self) -> None:
         os.makedirs(self.config.data_dir, exist_ok=True)
         self.cluster_id = load_cluster_id(self.config.data_dir, self.node_id)
+        self.dynamic_configs.load()
         self.logs.load(self.clock.now_ms())
         self.groups.load()
         self.transactions.load()

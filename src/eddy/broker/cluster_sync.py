@@ -105,6 +105,7 @@ class ReplicaSync:
         me = broker.node_id
         logs = broker.logs
         now = broker.clock.now_ms()
+        broker.dynamic_configs.apply()  # before topics are made: they resolve with them
         led: set[tuple[str, int]] = set()
         for name in state.topic_names():
             record = state.topic(name)

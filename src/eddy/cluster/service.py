@@ -27,6 +27,7 @@ from eddy.cluster.controller_rpc import (
     ControllerReply,
     ControllerRequest,
     ImportOffsetsRequest,
+    error_of,
     reply,
 )
 from eddy.cluster.controller_service import ControllerService
@@ -161,6 +162,18 @@ class ClusterService:
     async def ask(self, request: ControllerRequest, timeout_s: float) -> ControllerReply:
         """The controller's answer (see ``ControllerClient.call``)."""
         return await self.client.call(request, timeout_s)
+
+    async def ask_checked(self, request: ControllerRequest, timeout_s: float
+                          ) -> ControllerReply:
+        """The controller's answer; no controller (REQUEST_TIMED_OUT) or its refusal (its
+        code and message) raised as a ``KafkaError``."""
+        try:
+            answer = await self.client.call(request, timeout_s)
+        except ControllerUnavailable as exc:
+            raise KafkaError(ErrorCode.request_timed_out, str(exc)) from None
+        if answer.error_code != ErrorCode.none:
+            raise KafkaError(error_of(answer), answer.message or "")
+        return answer
 
     async def _import_offsets(self, request: ImportOffsetsRequest) -> ControllerReply:
         """A joining broker's own group records, into the offsets group (this node leads

@@ -282,6 +282,15 @@ class LogManager:
         log.info("deleted topic %s", name)
         return topic
 
+    def set_defaults(self, defaults: Mapping[str, str]) -> None:
+        """New broker-wide topic defaults (dynamic broker configs, checked by the caller):
+        every topic's resolved config follows, live."""
+        self.defaults = dict(defaults)
+        for topic in self.topics.values():
+            topic.config = TopicConfig(topic.configs, self.defaults)
+            for plog in topic.partitions:
+                plog.config = topic.config
+
     def alter_topic_configs(self, name: str, overrides: Mapping[str, str]) -> None:
         """Replace a topic's overrides (validated by the caller) and apply them live."""
         topic = self.topics.get(name)

@@ -22,14 +22,12 @@ from eddy.broker.handlers.topic_results import (
     deletion_targets,
     too_many_partitions,
 )
-from eddy.cluster.controller_client import ControllerUnavailable
 from eddy.cluster.controller_rpc import (
     ControllerReply,
     ControllerRequest,
     CreatePartitionsRequest,
     CreateTopicRequest,
     DeleteTopicRequest,
-    error_of,
 )
 from eddy.cluster.metadata import MetadataState
 from eddy.cluster.metadata.records import ConfigEntry
@@ -67,13 +65,7 @@ def lacks_topic(topic_id: bytes) -> Callable[[MetadataState], bool]:
 
 async def ask(cluster: ClusterService, request: ControllerRequest) -> ControllerReply:
     """The controller's answer; its refusal as a ``KafkaError`` with its code and message."""
-    try:
-        answer = await cluster.ask(request, CONTROLLER_WAIT_S)
-    except ControllerUnavailable as exc:
-        raise KafkaError(ErrorCode.request_timed_out, str(exc)) from None
-    if answer.error_code != ErrorCode.none:
-        raise KafkaError(error_of(answer), answer.message or "")
-    return answer
+    return await cluster.ask_checked(request, CONTROLLER_WAIT_S)
 
 
 async def create_topics(broker: Broker, req: Request) -> Any:

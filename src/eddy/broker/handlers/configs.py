@@ -7,14 +7,19 @@ from collections.abc import Callable
 from typing import Any
 
 from eddy.broker.broker import Broker
-from eddy.broker.handlers import cluster_admin
+from eddy.broker.handlers import broker_configs, cluster_admin
+from eddy.broker.handlers.broker_configs import DEFAULT_CONFIG as DEFAULT_CONFIG
+from eddy.broker.handlers.broker_configs import STATIC_BROKER_CONFIG as STATIC_BROKER_CONFIG
+from eddy.broker.handlers.broker_configs import TOPIC_CONFIG as TOPIC_CONFIG
+from eddy.broker.handlers.broker_configs import static_entries, topic_synonyms
 from eddy.broker.handlers.cluster_metadata import APPLY_WAIT_S
 from eddy.cluster.controller_rpc import ProposeRequest
 from eddy.cluster.metadata import encode_command
 from eddy.cluster.metadata.commands import AlterTopicConfigs
+from eddy.cluster.metadata.configs import DYNAMIC_BROKER_CONFIGS
 from eddy.cluster.metadata.records import ConfigEntry
-from eddy.config import TOPIC_DEFAULT_FIELDS, BrokerConfig, kafka_name
-from eddy.log.config import TOPIC_CONFIGS, InvalidConfig, TopicConfig, validate_overrides
+from eddy.config import BrokerConfig
+from eddy.log.config import TOPIC_CONFIGS, ConfigDef, InvalidConfig, TopicConfig, validate_overrides
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode, KafkaError
@@ -22,10 +27,6 @@ from eddy.protocol.errors import ErrorCode, KafkaError
 _NO_TIME = datetime.timedelta(0)
 TOPIC = 2
 BROKER = 4
-# ConfigSource
-TOPIC_CONFIG = 1
-STATIC_BROKER_CONFIG = 4
-DEFAULT_CONFIG = 5
 # ConfigType
 CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 # IncrementalAlterConfigs operations
@@ -49,45 +50,18 @@ def topic_overrides(broker: Broker, name: str) -> dict[str, str]:
 def _topic_entries(broker: Broker, name: str) -> list[dict[str, Any]]:
     overrides = topic_overrides(broker, name)
     resolved = TopicConfig(overrides, broker.logs.defaults)
-    cfg: BrokerConfig = broker.config
     entries = []
     for key, d in sorted(TOPIC_CONFIGS.items()):
-        synonyms = []
-        if key in overrides:
-            synonyms.append((key, overrides[key], TOPIC_CONFIG))
-        field = TOPIC_DEFAULT_FIELDS.get(key)
-        if field is not None and field in cfg.model_fields_set:
-            synonyms.append(
-                (kafka_name(field), str(getattr(cfg, field)), STATIC_BROKER_CONFIG)
-            )
-        synonyms.append((kafka_name(field) if field else key, d.default, DEFAULT_CONFIG))
-        source0 = synonyms[0][2]
+        synonyms = topic_synonyms(broker, key, overrides)
         entries.append(dict(name=key, value=resolved.raw(key), read_only=False,
-                            source=source0, sensitive=False, synonyms=synonyms,
+                            source=synonyms[0][2], sensitive=False, synonyms=synonyms,
                             kind=d.kind, doc=d.doc))
     return entries
 
 
-def _broker_entries(broker: Broker, name: str) -> list[dict[str, Any]]:
-    return broker_config_entries(broker.config, broker.node_id, name)
-
-
 def broker_config_entries(cfg: BrokerConfig, node_id: int, name: str) -> list[dict[str, Any]]:
-    """The BROKER resource `name` ("" or `node_id`) described from `cfg`: a broker's own
-    config, or a gateway's (which answers for itself as the only broker clients see)."""
-    if name not in ("", str(node_id)):
-        raise KafkaError(ErrorCode.invalid_request, f"broker {name} is not this node")
-    entries = []
-    for field, info in sorted(BrokerConfig.model_fields.items()):
-        value = getattr(cfg, field)
-        source = STATIC_BROKER_CONFIG if field in cfg.model_fields_set else DEFAULT_CONFIG
-        kind = {bool: "boolean", int: "long", str: "string"}.get(type(value), "string")
-        raw = str(value).lower() if isinstance(value, bool) else (
-            None if value is None else str(value))
-        entries.append(dict(name=kafka_name(field), value=raw, read_only=True, source=source,
-                            sensitive=False, synonyms=[(kafka_name(field), raw, source)],
-                            kind=kind, doc=info.description or ""))
-    return entries
+    """A gateway's BROKER resource: its own static settings."""
+    return static_entries(cfg, node_id, name)
 
 
 async def describe_configs(broker: Broker, req: Request) -> Any:
@@ -102,7 +76,7 @@ async def describe_configs(broker: Broker, req: Request) -> Any:
             if r.resource_type == TOPIC:
                 entries = _topic_entries(broker, r.resource_name)
             elif r.resource_type == BROKER:
-                entries = _broker_entries(broker, r.resource_name)
+                entries = broker_configs.broker_entries(broker, r.resource_name)
             else:
                 raise KafkaError(ErrorCode.invalid_request,
                                  f"unsupported resource type {r.resource_type}")
@@ -154,18 +128,20 @@ async def _alter_topic(broker: Broker, name: str, new: dict[str, str], validate_
 
 
 def refuse_broker_alter(node_id: int, name: str) -> None:
-    """Altering the BROKER resource `name`: always refused (static configs)."""
+    """Altering a gateway's BROKER resource `name`: always refused (its settings are static;
+    a broker's dynamic configs are altered through a broker)."""
     if name not in ("", str(node_id)):
         raise KafkaError(ErrorCode.invalid_request, f"broker {name} is not this node")
     raise KafkaError(ErrorCode.invalid_request,
-                     "broker configs are static in Eddy: set them in the config file, "
+                     "a gateway's configs are static: set them in the config file, "
                      "EDDY_* environment or `eddy serve --set` and restart")
 
 
 async def _alter_each(broker: Broker, resources: Any, mod: Any,
                       new_overrides: Callable[[Any], dict[str, str]], validate_only: bool
                       ) -> tuple[Any, ...]:
-    """Apply new topic overrides to each resource (brokers are static); one result each."""
+    """Apply new configs to each resource: a topic's overrides, a broker's (or the
+    cluster's ``<default>``) dynamic configs; one result each."""
     out = []
     for r in resources:
         code, message = ErrorCode.none, None
@@ -174,7 +150,8 @@ async def _alter_each(broker: Broker, resources: Any, mod: Any,
                 topic_overrides(broker, r.resource_name)  # UNKNOWN_TOPIC_OR_PARTITION
                 await _alter_topic(broker, r.resource_name, new_overrides(r), validate_only)
             elif r.resource_type == BROKER:
-                refuse_broker_alter(broker.node_id, r.resource_name)
+                await broker_configs.alter(broker, r.resource_name, new_overrides(r),
+                                           validate_only)
             else:
                 raise KafkaError(ErrorCode.invalid_request,
                                  f"unsupported resource type {r.resource_type}")
@@ -204,16 +181,29 @@ async def alter_configs(broker: Broker, req: Request) -> Any:
                                              b.validate_only))
 
 
-def _incremental(current: dict[str, str], ops: Any) -> dict[str, str]:
+def _topic_definition(name: str) -> ConfigDef:
+    d = TOPIC_CONFIGS.get(name)
+    if d is None:
+        raise KafkaError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
+    return d
+
+
+def _broker_definition(name: str) -> ConfigDef:
+    refused = broker_configs.not_dynamic([name])
+    if refused is not None:
+        raise refused
+    return TOPIC_CONFIGS[DYNAMIC_BROKER_CONFIGS[name]]
+
+
+def _incremental(current: dict[str, str], ops: Any,
+                 definition: Callable[[str], ConfigDef] = _topic_definition) -> dict[str, str]:
     new = dict(current)
     seen: set[str] = set()
     for c in ops:
         if c.name in seen:
             raise KafkaError(ErrorCode.invalid_request, f"duplicate config key {c.name}")
         seen.add(c.name)
-        d = TOPIC_CONFIGS.get(c.name)
-        if d is None:
-            raise KafkaError(ErrorCode.invalid_config, f"Unknown topic config name: {c.name}")
+        d = definition(c.name)
         op = c.config_operation
         if op == SET:
             if c.value is None:
@@ -245,6 +235,9 @@ async def incremental_alter_configs(broker: Broker, req: Request) -> Any:
     mod = response_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, req.api_version)
 
     def overrides(resource: Any) -> dict[str, str]:
+        if resource.resource_type == BROKER:
+            return _incremental(broker_configs.current(broker, resource.resource_name),
+                                resource.configs, _broker_definition)
         return _incremental(topic_overrides(broker, resource.resource_name), resource.configs)
 
     return build(mod.IncrementalAlterConfigsResponse, throttle_time=_NO_TIME,

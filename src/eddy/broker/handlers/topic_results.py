@@ -5,15 +5,13 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from eddy.broker.handlers.broker_configs import topic_synonyms
 from eddy.log.config import TOPIC_CONFIGS
 from eddy.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
 
-CONFIG_SOURCE_DEFAULT = 5
-CONFIG_SOURCE_TOPIC = 1
-CONFIG_SOURCE_STATIC_BROKER = 4
 #: the most partitions one CreateTopics or CreatePartitions request may add (Kafka 4.0)
 MAX_PARTITIONS_PER_REQUEST = 10_000
 
@@ -32,18 +30,12 @@ def created_configs(broker: Broker, mod: Any, overrides: dict[str, str]) -> tupl
     """CreateTopics v5+: every config of the new topic and where its value comes from."""
     if not hasattr(mod, "CreatableTopicConfigs"):
         return ()
-    return tuple(
-        mod.CreatableTopicConfigs(
-            name=name,
-            value=overrides.get(name, broker.logs.defaults.get(name, d.default)),
-            read_only=False,
-            config_source=(CONFIG_SOURCE_TOPIC if name in overrides else
-                           CONFIG_SOURCE_STATIC_BROKER if name in broker.logs.defaults
-                           else CONFIG_SOURCE_DEFAULT),
-            is_sensitive=False,
-        )
-        for name, d in sorted(TOPIC_CONFIGS.items())
-    )
+    out = []
+    for name in sorted(TOPIC_CONFIGS):
+        _, value, source = topic_synonyms(broker, name, overrides)[0]
+        out.append(mod.CreatableTopicConfigs(name=name, value=value, read_only=False,
+                                             config_source=source, is_sensitive=False))
+    return tuple(out)
 
 
 def creation_partitions(body: Any, default: int) -> int:

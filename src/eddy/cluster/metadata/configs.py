@@ -68,7 +68,7 @@ def check_topic_overrides(entries: tuple[ConfigEntry, ...]) -> dict[str, str]:
         raise Rejected(ErrorCode.invalid_config, str(exc)) from None
 
 
-def _changed(
+def changed(
     current: Mapping[str, str], set_: tuple[ConfigEntry, ...], delete: tuple[str, ...],
     known: Mapping[str, object], what: str,
 ) -> dict[str, str]:
@@ -88,7 +88,7 @@ def _changed(
 
 def alter_topic_configs(state: MetadataState, cmd: AlterTopicConfigs) -> None:
     topic = state.require_topic(cmd.name)
-    new = _changed(topic.configs, cmd.set, cmd.delete, TOPIC_CONFIGS, "topic")
+    new = changed(topic.configs, cmd.set, cmd.delete, TOPIC_CONFIGS, "topic")
     try:
         validate_overrides(new)
     except InvalidConfig as exc:
@@ -113,7 +113,7 @@ def alter_broker_configs(state: MetadataState, cmd: AlterBrokerConfigs) -> None:
     if cmd.node_id is not None and cmd.node_id < 0:
         raise Rejected(ErrorCode.invalid_request, f"broker id {cmd.node_id} is negative")
     current = state.broker_configs.get(cmd.node_id, {})
-    new = _changed(current, cmd.set, cmd.delete, DYNAMIC_BROKER_CONFIGS, "broker")
+    new = changed(current, cmd.set, cmd.delete, DYNAMIC_BROKER_CONFIGS, "broker")
     check_broker_configs(new)
     if len(new) > MAX_ENTRIES:
         raise Rejected(ErrorCode.invalid_request, f"more than {MAX_ENTRIES} configs")
@@ -128,11 +128,16 @@ def topic_defaults(
 ) -> dict[str, str]:
     """Topic config defaults (by topic config name): ``static`` (the broker's own config
     file, topic names), under the cluster ``<default>``, under ``node_id``'s own."""
+    return layered_defaults(static, state.broker_configs.get(None, {}),
+                            {} if node_id is None else state.broker_configs.get(node_id, {}))
+
+
+def layered_defaults(static: Mapping[str, str] | None, cluster_default: Mapping[str, str],
+                     own: Mapping[str, str]) -> dict[str, str]:
+    """Topic config defaults: ``static`` (topic config names) overridden by the dynamic
+    ``cluster_default`` and then by this broker's ``own`` dynamic configs (broker names)."""
     out = dict(static or {})
-    layers = [state.broker_configs.get(None, {})]
-    if node_id is not None:
-        layers.append(state.broker_configs.get(node_id, {}))
-    for layer in layers:
+    for layer in (cluster_default, own):
         for name, raw in layer.items():
             out[DYNAMIC_BROKER_CONFIGS[name]] = raw
     return out
