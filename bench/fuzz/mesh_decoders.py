@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from eddy.broker.txn_raft import pending_key, split, txn_key
 from eddy.cluster.controller_rpc import (
     ControllerReply,
     ControllerRequest,
@@ -55,6 +56,9 @@ from eddy.cluster.raft.messages import (
 )
 from eddy.cluster.raft.ready import RaftConfig
 from eddy.cluster.raft.types import ConfState
+from eddy.cluster.txn_rpc import WriteMarkersReply, WriteMarkersRequest
+from eddy.cluster.txn_rpc import decode_reply as decode_markers_reply
+from eddy.cluster.txn_rpc import decode_request as decode_markers_request
 from eddy.gateway.ops import OPS
 from eddy.mesh import postcard
 from eddy.mesh.announce import (
@@ -79,6 +83,7 @@ from eddy.mesh.frames import (
     TAG_PING,
     TAG_POINTER_PULL,
     TAG_RAFT,
+    TAG_TXN_MARKERS,
     FrameError,
     FrameReader,
     Hello,
@@ -112,6 +117,8 @@ MESSAGES: list[Any] = [
     ControllerRequest, ControllerReply,
     # the offsets group's entries and snapshots
     OffsetsEntry, OffsetsSnapshot,
+    # transaction markers asked of a partition's leader, and its answers (tag 0x07)
+    WriteMarkersRequest, WriteMarkersReply,
 ]
 DOCUMENTED = (FrameError, PostcardError)
 
@@ -146,6 +153,13 @@ def _decode(tp: Any, data: bytes) -> None:
         _ask_controller(data)
     elif tp is OffsetsEntry:
         OffsetsMachine().apply(1, data)  # a bad entry is refused, never a raise
+        split(value.records)  # the transaction coordinator's records among them
+    elif tp is WriteMarkersRequest:
+        with contextlib.suppress(ValueError):
+            decode_markers_request(data)
+    elif tp is WriteMarkersReply:
+        with contextlib.suppress(ValueError):
+            decode_markers_reply(data, 3)
     elif tp is OffsetsSnapshot:
         OffsetsMachine().restore(data)
 
@@ -226,6 +240,10 @@ def seed_messages() -> list[tuple[int, Any]]:
         (TAG_CONTROLLER, CreateTopicRequest("t", 3, 1, (), False)),
         (TAG_RAFT, OffsetsEntry(((b"\x00\x01key", b"value"), (b"\x00\x02gone", None)))),
         (TAG_RAFT, OffsetsSnapshot(((b"\x00\x01key", b"value"),))),
+        (TAG_RAFT, OffsetsEntry(((pending_key(7, b"\x00\x01key"), b"v"),
+                                 (txn_key("t"), b'{"producer_id": 1}')))),
+        (TAG_TXN_MARKERS, WriteMarkersRequest(5, 1, True, (("t", 0), ("u", 3)))),
+        (TAG_TXN_MARKERS, WriteMarkersReply(0, None, (0, 6, 3))),
     ]
 
 

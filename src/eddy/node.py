@@ -16,6 +16,8 @@ from eddy.broker.broker import Broker, load_cluster_id
 from eddy.broker.cluster_sync import ReplicaSync
 from eddy.broker.groups_raft import RaftGroupStore
 from eddy.broker.server import KafkaServer
+from eddy.broker.txn_markers import MarkerService
+from eddy.broker.txn_raft import TxnRaftLog
 from eddy.clock import Clock
 from eddy.cluster.service import ClusterService
 from eddy.config import BrokerConfig
@@ -23,7 +25,7 @@ from eddy.gateway.executor import OpExecutor
 from eddy.gateway.handlers import GATEWAY_HANDLERS, GATEWAY_VERSIONS
 from eddy.gateway.mesh_link import DirectoryRoutes, KafkaOpServer, MeshForwarder
 from eddy.gateway.node import Gateway
-from eddy.mesh.frames import TAG_KAFKA_OP
+from eddy.mesh.frames import TAG_KAFKA_OP, TAG_TXN_MARKERS
 from eddy.mesh.identity import NodeIdentity
 from eddy.mesh.quic import MeshError, MeshTimeout, PeerUnavailable
 from eddy.mesh.service import MeshService
@@ -108,6 +110,9 @@ async def _start_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
     if broker is None:
         await cluster.start("")
         return cluster
+    markers = MarkerService(broker, mesh)  # a leader writes a coordinator's markers
+    mesh.rpc.handle(TAG_TXN_MARKERS, markers.handle)
+    broker.transactions.markers = markers
     sync = ReplicaSync(broker, cluster.state)
     cluster.machine.on_change(sync.schedule)
     broker.cluster, broker.led = cluster, set()
@@ -117,8 +122,11 @@ async def _start_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
     # topics held before joining the cluster become the cluster's (never deleted)
     cluster.spawn(sync.import_local(cluster), "import-local-topics")
     if cluster.offsets is not None:  # a voter: it may lead the offsets group
-        broker.groups.store = RaftGroupStore(broker.groups, cluster.offsets,
-                                             cluster.offsets_machine)
+        # the transaction coordinator keeps its state there too, and serves with the groups
+        broker.transactions.raft = TxnRaftLog(cluster.offsets)
+        store = RaftGroupStore(broker.groups, cluster.offsets, cluster.offsets_machine)
+        store.on_activate = broker.transactions.activate
+        broker.groups.store = store
         cluster.on_offsets_imported = broker.groups.replay_records
     return cluster
 
@@ -127,6 +135,8 @@ async def stop_node(node: Node) -> None:
     await node.server.stop()
     if node.broker is not None and node.broker.groups.store is not None:
         await node.broker.groups.store.stop()
+    if node.broker is not None:
+        await node.broker.transactions.stop()
     if node.cluster is not None:
         await node.cluster.stop()
     if node.mesh is not None:

@@ -170,7 +170,7 @@ class Broker:
                 log.exception("log maintenance failed; will retry")
 
     async def maintenance_tick(self, now: int, retention_due: bool) -> None:
-        self.transactions.abort_expired()
+        await self.transactions.abort_expired()
         if now - self._last_clean_ms >= self.config.log_cleaner_backoff_ms:
             self._last_clean_ms = now
             if self._cleaner is None or self._cleaner.done():

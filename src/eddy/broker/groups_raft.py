@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from eddy.cluster.offsets import OffsetsMachine, encode_entry
@@ -39,6 +40,8 @@ class RaftGroupStore:
         self.activations = 0
         self._activating: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Future[None]] = set()
+        #: told the group's records each time this node starts serving
+        self.on_activate: Callable[[list[tuple[bytes, bytes | None]]], None] | None = None
         driver.on_soft_state = self._on_soft_state
         if driver.is_leader:
             self._activate()
@@ -67,6 +70,8 @@ class RaftGroupStore:
                 return
             records = self.machine.ordered()
             self.service.reload(records)
+            if self.on_activate is not None:  # the transaction coordinator, alongside
+                self.on_activate(records)
             self.serving = True
             self.activations += 1
             log.info("group coordinator serving from the offsets group (%d records)",

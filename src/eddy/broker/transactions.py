@@ -1,15 +1,22 @@
-"""The asyncio side of the transaction coordinator: persists transaction metadata in
-__transaction_state, writes commit/abort markers to every partition of a transaction,
-applies transactional offset commits on commit, and finishes what a crash interrupted."""
+"""The asyncio side of the transaction coordinator: persists transaction metadata (in
+__transaction_state on a node of its own; in a cluster in the ``offsets`` Raft group, see
+``txn_raft``), writes commit/abort markers to every partition of a transaction (in a
+cluster through each partition's leader), applies transactional offset commits on commit,
+and finishes what a crash interrupted."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import struct
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
+from eddy.broker.txn_markers import MarkerService, append_own, write_one
+from eddy.broker.txn_raft import TxnRaftLog, split
+from eddy.cluster.txn_rpc import WriteMarkersRequest
 from eddy.groups.records import (
     OffsetAndMetadata,
     encode_offset_commit_key,
@@ -18,12 +25,7 @@ from eddy.groups.records import (
 )
 from eddy.log.partition import PartitionLog
 from eddy.protocol.errors import ErrorCode, KafkaError
-from eddy.protocol.record_batch import (
-    CONTROL_BIT,
-    TRANSACTIONAL_BIT,
-    ValidatedBatches,
-    parse_header,
-)
+from eddy.protocol.record_batch import TRANSACTIONAL_BIT
 from eddy.protocol.records import build_batch, decode_batch_records
 from eddy.txn.coordinator import Markers, TransactionCoordinator, TxnMetadata
 
@@ -41,14 +43,6 @@ def _key(txn_id: str) -> bytes:
     return _KEY_VERSION.pack(0) + txn_id.encode()
 
 
-def marker_batch(producer_id: int, epoch: int, commit: bool, now: int) -> bytearray:
-    """A control batch with one record: key (version, type), value (version, coord epoch)."""
-    key = struct.pack(">hh", 0, 1 if commit else 0)
-    value = struct.pack(">hi", 0, 0)
-    return build_batch([(key, value)], now, producer_id=producer_id, producer_epoch=epoch,
-                       attributes=TRANSACTIONAL_BIT | CONTROL_BIT)
-
-
 class TransactionService:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
@@ -60,6 +54,11 @@ class TransactionService:
         self._marked: dict[tuple[int, int], set[tuple[str, int]]] = {}
         # a marker or completion could not be written (disk full): retried by maintenance
         self._unfinished = False
+        #: in a cluster: the offsets group holding the state, and the markers' messenger
+        self.raft: TxnRaftLog | None = None
+        self.markers: MarkerService | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._finishing: set[tuple[int, int]] = set()  # (producer id, epoch) being finished
 
     def now(self) -> int:
         return self._broker.clock.now_ms()
@@ -86,19 +85,48 @@ class TransactionService:
         for markers in self.coordinator.recovered():
             log.info("finishing transaction %s after restart (%s)", markers.transactional_id,
                      "commit" if markers.commit else "abort")
-            self._finish(markers)
+            self._spawn(self._finish(markers))
+
+    @property
+    def serving(self) -> bool:
+        """Whether this broker coordinates transactions now: always on a node of its own,
+        in a cluster where the offsets group's leader (with the group coordinator) is."""
+        if self._broker.cluster is None:
+            return True
+        return self.raft is not None and self._broker.groups.serving
+
+    def activate(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        """This node leads the offsets group now: the coordinator starts over from its
+        records, and finishes the transactions a previous leader left prepared."""
+        txns, held = split(records)
+        self.coordinator.txns = txns
+        self._pending_offsets = defaultdict(list, held)
+        self._marked.clear()
+        if txns:
+            log.info("transaction coordinator serving from the offsets group (%d ids)",
+                     len(txns))
+        for markers in self.coordinator.recovered():
+            self._spawn(self._finish(markers))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name="txn-finish")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     # ---- persistence ---------------------------------------------------------------------
 
     def _append(self, plog: PartitionLog, batch: bytearray) -> int:
-        """Append a batch the broker built itself (markers included: clients may not)."""
-        h = parse_header(batch)
-        validated = ValidatedBatches([h], [0], h.record_count, h.max_timestamp, 0)
-        result = plog.append(batch, validated, self.now())
-        self._broker.notifier.notify((plog.topic, plog.partition))
-        return result.base_offset
+        return append_own(self._broker, plog, batch)
 
-    def _persist(self, meta: TxnMetadata) -> None:
+    async def _persist(self, meta: TxnMetadata) -> None:
+        if self.raft is not None:
+            await self.raft.persist(meta)
+            return
         topic = self._broker.logs.get(TXN_TOPIC)
         if topic is None:
             topic = self._broker.logs.create_topic(
@@ -108,54 +136,90 @@ class TransactionService:
         value = json.dumps(meta.to_json()).encode()
         self._append(plog, build_batch([(_key(meta.transactional_id), value)], self.now()))
 
-    def _finish(self, markers: Markers) -> None:
-        """Write the markers and complete the transaction; if storage fails (disk full),
-        the transaction stays prepared and maintenance retries (as Kafka's coordinator
-        retries markers until they are written)."""
+    async def _finish(self, markers: Markers) -> None:
+        """Write the markers and complete the transaction; if storage fails (disk full, a
+        leader out of reach), the transaction stays prepared and maintenance retries (as
+        Kafka's coordinator retries markers until they are written)."""
+        key = (markers.producer_id, markers.producer_epoch)
+        if key in self._finishing:
+            return  # already under way (a retry met the first try)
+        self._finishing.add(key)
         try:
-            self.write_markers(markers)
+            await self.write_markers(markers)
         except (KafkaError, OSError) as exc:
             if not self._unfinished:
                 log.error("transaction %s: cannot write its markers yet, retrying: %s",
                           markers.transactional_id, exc)
             self._unfinished = True
+        finally:
+            self._finishing.discard(key)
 
-    def write_markers(self, markers: Markers) -> None:
-        """Write the markers to every partition of the transaction, then complete it."""
-        now = self.now()
-        logs = self._broker.logs
+    async def write_markers(self, markers: Markers) -> None:
+        """Write the markers to every partition of the transaction, then complete it.
+        Raises ``KafkaError`` if a partition could not be marked (retried later)."""
         done = self._marked.setdefault((markers.producer_id, markers.producer_epoch), set())
-        for topic_name, index in sorted(markers.partitions):
-            plog = logs.partition(topic_name, index)
-            if plog is None or (topic_name, index) in done:
-                continue  # the topic was deleted meanwhile, or marked by an earlier try
-            offset = self._append(plog, marker_batch(markers.producer_id,
-                                                     markers.producer_epoch, markers.commit,
-                                                     now))
-            done.add((topic_name, index))
-            self._broker.producers.of(plog).end_transaction(
-                markers.producer_id, markers.producer_epoch, now, markers.commit, offset)
-        pending = self._pending_offsets.pop(markers.producer_id, [])
+        request = WriteMarkersRequest(markers.producer_id, markers.producer_epoch,
+                                      markers.commit, ())
+        by_leader: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        for tp in sorted(markers.partitions - done):
+            if tp[0] == OFFSETS_TOPIC and self.raft is not None:
+                continue  # the group coordinator's: settled below, in the offsets group
+            by_leader[self._leader_of(*tp)].append(tp)
+        failed: list[tuple[tuple[str, int], ErrorCode]] = []
+        for leader, tps in sorted(by_leader.items()):
+            if leader == self._broker.node_id or self.markers is None:
+                codes = [self._mark_here(request, topic, index) for topic, index in tps]
+            else:
+                codes = await self.markers.ask(leader, WriteMarkersRequest(
+                    request.producer_id, request.producer_epoch, request.commit, tuple(tps)))
+            for tp, code in zip(tps, codes, strict=True):
+                if code in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
+                    done.add(tp)  # marked, or the topic was deleted meanwhile
+                else:
+                    failed.append((tp, code))
+        if failed:
+            raise KafkaError(failed[0][1], f"markers not written to {len(failed)} partitions, "
+                                           f"first {failed[0][0]}: {failed[0][1].name}")
+        pending = self._pending_offsets.get(markers.producer_id, [])
+        if self.raft is not None:
+            await self.raft.settle_offsets(markers.producer_id, pending, markers.commit)
+        self._pending_offsets.pop(markers.producer_id, None)
         if markers.commit:
             for key, value in pending:
                 self._broker.groups.coordinator.replay(key, value)
-        self._persist(self.coordinator.complete(markers.transactional_id, now))
+        await self._persist(self.coordinator.complete(markers.transactional_id, self.now()))
         del self._marked[(markers.producer_id, markers.producer_epoch)]
+
+    def _leader_of(self, topic: str, index: int) -> int:
+        """Who writes ``topic-index``'s marker: its leader in a cluster (-1: none), else
+        this node."""
+        cluster = self._broker.cluster
+        if cluster is None:
+            return self._broker.node_id
+        part = cluster.state.partition(topic, index)
+        return self._broker.node_id if part is None else part.leader
+
+    def _mark_here(self, request: WriteMarkersRequest, topic: str, index: int) -> ErrorCode:
+        if self._broker.cluster is None and self._broker.logs.partition(topic, index) is None:
+            return ErrorCode.unknown_topic_or_partition
+        return write_one(self._broker, request, topic, index)
 
     # ---- API operations ------------------------------------------------------------------
 
     async def init_producer_id(self, txn_id: str, timeout_ms: int, pid: int, epoch: int
                                ) -> tuple[ErrorCode, int, int]:
+        if not self.serving:
+            return ErrorCode.not_coordinator, -1, -1
         code, meta, markers = self.coordinator.init_producer_id(
             txn_id, timeout_ms, pid, epoch, self.now())
         if code != ErrorCode.none or meta is None:
             return code, -1, -1
         try:
             if markers is not None:
-                self._persist(meta)
-                self.write_markers(markers)
+                await self._persist(meta)
+                await self.write_markers(markers)
                 meta.state, meta.partitions = "Empty", set()
-            self._persist(meta)
+            await self._persist(meta)
         except (KafkaError, OSError) as exc:
             return self._storage_failed(txn_id, exc), -1, -1
         return ErrorCode.none, meta.producer_id, meta.producer_epoch
@@ -166,10 +230,20 @@ class TransactionService:
         self._unfinished = True
         return ErrorCode.coordinator_not_available
 
-    def add_partitions(self, txn_id: str, pid: int, epoch: int,
-                       partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
-        logs = self._broker.logs
-        unknown = [tp for tp in partitions if logs.partition(*tp) is None]
+    def _known(self, topic: str, index: int) -> bool:
+        cluster = self._broker.cluster
+        if cluster is None:
+            return self._broker.logs.partition(topic, index) is not None
+        if topic == OFFSETS_TOPIC:  # a name only: the offsets live in the offsets group
+            return 0 <= index < self._broker.config.offsets_topic_num_partitions
+        return cluster.state.partition(topic, index) is not None
+
+    async def add_partitions(self, txn_id: str, pid: int, epoch: int,
+                             partitions: list[tuple[str, int]]
+                             ) -> dict[tuple[str, int], ErrorCode]:
+        if not self.serving:
+            return dict.fromkeys(partitions, ErrorCode.not_coordinator)
+        unknown = [tp for tp in partitions if not self._known(*tp)]
         if unknown:
             return {tp: (ErrorCode.unknown_topic_or_partition if tp in unknown
                          else ErrorCode.operation_not_attempted) for tp in partitions}
@@ -177,68 +251,92 @@ class TransactionService:
                                                      self.now())
         if meta is not None:
             try:
-                self._persist(meta)
+                await self._persist(meta)
             except (KafkaError, OSError) as exc:
                 code = self._storage_failed(txn_id, exc)
         return dict.fromkeys(partitions, code)
 
-    def add_offsets(self, txn_id: str, pid: int, epoch: int, group_id: str) -> ErrorCode:
-        topic = self._broker.groups.offsets_topic()
-        tp = (OFFSETS_TOPIC, partition_for(group_id, len(topic.partitions)))
-        return self.add_partitions(txn_id, pid, epoch, [tp])[tp]
+    def _offsets_partition(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition standing for ``group_id`` in a transaction
+        (in a cluster only a name: the offsets live in the offsets group)."""
+        if self.raft is not None:
+            return partition_for(group_id, self._broker.config.offsets_topic_num_partitions)
+        return partition_for(group_id, len(self._broker.groups.offsets_topic().partitions))
 
-    def txn_offset_commit(self, txn_id: str, pid: int, epoch: int, group_id: str,
-                          offsets: list[tuple[str, int, int, int, str | None]]) -> ErrorCode:
+    async def add_offsets(self, txn_id: str, pid: int, epoch: int, group_id: str
+                          ) -> ErrorCode:
+        tp = (OFFSETS_TOPIC, self._offsets_partition(group_id))
+        return (await self.add_partitions(txn_id, pid, epoch, [tp]))[tp]
+
+    async def txn_offset_commit(self, txn_id: str, pid: int, epoch: int, group_id: str,
+                                offsets: list[tuple[str, int, int, int, str | None]]
+                                ) -> ErrorCode:
+        if not self.serving:
+            return ErrorCode.not_coordinator
         meta = self.coordinator.txns.get(txn_id)
         if meta is None or meta.producer_id != pid:
             return ErrorCode.invalid_producer_id_mapping
         if meta.producer_epoch != epoch:
             return ErrorCode.producer_fenced
-        topic = self._broker.groups.offsets_topic()
-        index = partition_for(group_id, len(topic.partitions))
+        index = self._offsets_partition(group_id)
         if meta.state != "Ongoing" or (OFFSETS_TOPIC, index) not in meta.partitions:
             return ErrorCode.invalid_txn_state  # AddOffsetsToTxn must come first
         now = self.now()
-        records = [
+        records: list[tuple[bytes, bytes | None]] = [
             (encode_offset_commit_key(group_id, t, p),
              encode_offset_commit_value(OffsetAndMetadata(offset, leader_epoch, md or "", now)))
             for t, p, offset, leader_epoch, md in offsets
         ]
-        batch = build_batch(records, now, producer_id=pid, producer_epoch=epoch,
-                            attributes=TRANSACTIONAL_BIT)
-        plog = topic.partitions[index]
         try:
-            base = self._append(plog, batch)
+            if self.raft is not None:
+                await self.raft.hold_offsets(pid, records)
+            else:
+                self._append_offsets(pid, epoch, index, records)
         except (KafkaError, OSError) as exc:
             return self._storage_failed(txn_id, exc)
-        self._broker.producers.of(plog).record(pid, epoch, -1, len(records) - 1, base, now,
-                                               transactional=True)
         self._pending_offsets[pid].extend(records)
         return ErrorCode.none
 
+    def _append_offsets(self, pid: int, epoch: int, index: int,
+                        records: list[tuple[bytes, bytes | None]]) -> None:
+        """Transactional offset commits into this node's ``__consumer_offsets``."""
+        now = self.now()
+        batch = build_batch(records, now, producer_id=pid, producer_epoch=epoch,
+                            attributes=TRANSACTIONAL_BIT)
+        plog = self._broker.groups.offsets_topic().partitions[index]
+        base = self._append(plog, batch)
+        self._broker.producers.of(plog).record(pid, epoch, -1, len(records) - 1, base, now,
+                                               transactional=True)
+
     async def end_txn(self, txn_id: str, pid: int, epoch: int, commit: bool) -> ErrorCode:
+        if not self.serving:
+            return ErrorCode.not_coordinator
         code, markers = self.coordinator.end_txn(txn_id, pid, epoch, commit, self.now())
         if code != ErrorCode.none:
             return code
         if markers is not None:
             try:
-                self._persist(self.coordinator.txns[txn_id])
+                await self._persist(self.coordinator.txns[txn_id])
             except (KafkaError, OSError) as exc:  # prepared in memory: maintenance finishes
                 return self._storage_failed(txn_id, exc)
-            self._finish(markers)  # as in Kafka, markers are written after the answer
+            # Kafka answers before its markers are written; here they are written first,
+            # so a read_committed consumer sees a committed transaction once it is told
+            await self._finish(markers)
         return ErrorCode.none
 
-    def abort_expired(self) -> None:
+    async def abort_expired(self) -> None:
+        if not self.serving:
+            return
         if self._unfinished:  # prepared transactions whose markers failed: try again
             self._unfinished = False
             for markers in self.coordinator.recovered():
-                self._finish(markers)
+                await self._finish(markers)
             if not self._unfinished:
                 log.info("unfinished transactions completed")
         for markers in self.coordinator.expired(self.now()):
             log.info("aborting transaction %s: timed out", markers.transactional_id)
             try:
-                self._persist(self.coordinator.txns[markers.transactional_id])
+                await self._persist(self.coordinator.txns[markers.transactional_id])
             except (KafkaError, OSError) as exc:
                 self._storage_failed(markers.transactional_id, exc)
-            self._finish(markers)
+            await self._finish(markers)

@@ -1,7 +1,6 @@
 """FindCoordinator: on a single node this node coordinates every group and transaction; in a
-cluster, groups are coordinated by the leader of the ``offsets`` Raft group (their records
-live there), transactions by the live broker the transactional id hashes to (rendezvous
-hashing over the live brokers of the metadata state: the same answer on every node)."""
+cluster, both are coordinated by the leader of the ``offsets`` Raft group, where their
+records live (the consumer groups' offsets and the transactions' state)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from typing import Any
 
 from eddy.broker.broker import Broker
 from eddy.broker.handlers.cluster_metadata import live_brokers
-from eddy.mesh.directory import rendezvous
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode
@@ -31,16 +29,12 @@ def _answer(broker: Broker, key: str, key_type: int) -> tuple[ErrorCode, str | N
 
 def coordinator_of(broker: Broker, key: str, key_type: int = GROUP) -> tuple[int, str, int]:
     """(node id, host, port) of the broker coordinating ``key`` (-1 when none is live):
-    for groups the leader of the offsets Raft group, for transactions the live broker the
-    key hashes to."""
+    the leader of the offsets Raft group, for groups and transactions alike."""
     if broker.cluster is None:
         return broker.node_id, broker.host, broker.port
     live = {n: (h, p) for n, h, p, _ in live_brokers(broker.cluster.state)}
-    if key_type == GROUP:
-        leader = broker.cluster.offsets_leader()
-        chosen: int | None = leader if leader in live or leader == broker.node_id else None
-    else:
-        chosen = rendezvous(key, sorted(live))
+    leader = broker.cluster.offsets_leader()
+    chosen: int | None = leader if leader in live or leader == broker.node_id else None
     if chosen is None:
         return -1, "", -1
     if chosen == broker.node_id:

@@ -24,7 +24,7 @@ async def add_partitions_to_txn(broker: Broker, req: Request) -> Any:
     mod = response_module(ApiKey.ADD_PARTITIONS_TO_TXN, req.api_version)
     parts = [(t.name, p) for t in b.v3_and_below_topics for p in t.partitions]
     with span("eddy.broker.txn.add-partitions", transactional_id=b.v3_and_below_transactional_id):
-        codes = broker.transactions.add_partitions(
+        codes = await broker.transactions.add_partitions(
             b.v3_and_below_transactional_id, b.v3_and_below_producer_id,
             b.v3_and_below_producer_epoch, parts)
     return build(
@@ -43,8 +43,8 @@ async def add_partitions_to_txn(broker: Broker, req: Request) -> Any:
 async def add_offsets_to_txn(broker: Broker, req: Request) -> Any:
     b = req.body
     mod = response_module(ApiKey.ADD_OFFSETS_TO_TXN, req.api_version)
-    code = broker.transactions.add_offsets(b.transactional_id, b.producer_id, b.producer_epoch,
-                                           b.group_id)
+    code = await broker.transactions.add_offsets(b.transactional_id, b.producer_id,
+                                                 b.producer_epoch, b.group_id)
     return build(mod.AddOffsetsToTxnResponse, throttle_time=_NO_TIME, error_code=code)
 
 
@@ -61,19 +61,19 @@ async def end_txn(broker: Broker, req: Request) -> Any:
 async def txn_offset_commit(broker: Broker, req: Request) -> Any:
     b = req.body
     mod = response_module(ApiKey.TXN_OFFSET_COMMIT, req.api_version)
-    logs = broker.logs
     codes: dict[tuple[str, int], ErrorCode] = {}
     offsets = []
     for t in b.topics:
+        count = broker.partition_count(t.name) or 0
         for p in t.partitions:
-            if logs.partition(t.name, p.partition_index) is None:
+            if not 0 <= p.partition_index < count:
                 codes[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
             else:
                 offsets.append((t.name, p.partition_index, p.committed_offset,
                                 getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
     code = ErrorCode.none
     if offsets:
-        code = broker.transactions.txn_offset_commit(
+        code = await broker.transactions.txn_offset_commit(
             b.transactional_id, b.producer_id, b.producer_epoch, b.group_id, offsets)
     return build(
         mod.TxnOffsetCommitResponse,
@@ -121,9 +121,10 @@ async def describe_transactions(broker: Broker, req: Request) -> Any:
     txns = broker.transactions.coordinator.txns
     states = []
     for txn_id in req.body.transactional_ids:
-        meta = txns.get(txn_id)
+        meta = txns.get(txn_id) if broker.transactions.serving else None
         if meta is None:
-            missing = ErrorCode.transactional_id_not_found
+            missing = (ErrorCode.transactional_id_not_found if broker.transactions.serving
+                       else ErrorCode.not_coordinator)  # in a cluster: ask the coordinator
             states.append(build(mod.TransactionState, error_code=missing,
                                 transactional_id=txn_id, transaction_state="",
                                 transaction_timeout=datetime.timedelta(0),
@@ -158,7 +159,9 @@ async def list_transactions(broker: Broker, req: Request) -> Any:
     min_duration = int(getattr(b, "duration_filter", -1))
     now = broker.clock.now_ms()
     out = []
-    for txn_id, meta in sorted(broker.transactions.coordinator.txns.items()):
+    # in a cluster only the coordinator answers with transactions (clients ask every broker)
+    served = broker.transactions.coordinator.txns if broker.transactions.serving else {}
+    for txn_id, meta in sorted(served.items()):
         if states and meta.state not in states:
             continue
         if pids and meta.producer_id not in pids:

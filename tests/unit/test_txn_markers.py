@@ -1,0 +1,96 @@
+"""Transaction markers between brokers (tag 0x07) and the transaction coordinator's records
+in the offsets group: messages round-trip, hostile bytes and unknown senders get a named
+refusal, and the coordinator's records split back into transactions and held offsets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from eddy.broker.txn_markers import MarkerService
+from eddy.broker.txn_raft import pending_key, split, txn_key
+from eddy.cluster.txn_rpc import (
+    MAX_MARKER_PARTITIONS,
+    WriteMarkersReply,
+    WriteMarkersRequest,
+    code_of,
+    decode_reply,
+    decode_request,
+)
+from eddy.mesh import postcard
+from eddy.mesh.frames import TAG_TXN_MARKERS, Frame
+from eddy.mesh.postcard import PostcardError
+from eddy.protocol.errors import ErrorCode
+from eddy.txn.coordinator import TxnMetadata
+
+REGISTERED = b"\x01" * 32
+
+
+def test_requests_and_replies_round_trip_and_bad_bytes_are_named() -> None:
+    request = WriteMarkersRequest(42, 3, True, (("orders", 0), ("orders", 5)))
+    assert decode_request(postcard.encode(request)) == request
+    reply = WriteMarkersReply(0, None, (0, int(ErrorCode.not_leader_or_follower)))
+    assert decode_reply(postcard.encode(reply), 2) == reply
+    with pytest.raises(ValueError, match="errors: 2 for 3"):
+        decode_reply(postcard.encode(reply), 3)  # an answer that does not cover the ask
+    with pytest.raises(PostcardError):
+        decode_request(postcard.encode(request)[:-3])
+    too_many = WriteMarkersRequest(1, 0, False, (("t", 0),) * (MAX_MARKER_PARTITIONS + 1))
+    with pytest.raises(ValueError, match="partitions"):
+        decode_request(postcard.encode(too_many))
+    assert code_of(9999) == ErrorCode.unknown_server_error
+    assert code_of(6) == ErrorCode.not_leader_or_follower
+
+
+def _service() -> MarkerService:
+    """A MarkerService over a stand-in broker whose cluster knows one registered key and
+    which leads partition 0 of every topic."""
+    state = SimpleNamespace(key_owner=lambda key: 2 if key == REGISTERED else None)
+
+    def partition_error(topic: str, index: int) -> ErrorCode | None:
+        return None if index == 0 else ErrorCode.not_leader_or_follower
+
+    broker: Any = SimpleNamespace(cluster=SimpleNamespace(state=state),
+                                  partition_error=partition_error,
+                                  logs=SimpleNamespace(partition=lambda t, i: None))
+    return MarkerService(broker, mesh=None)  # type: ignore[arg-type]
+
+
+def _ask(service: MarkerService, peer: bytes, payload: bytes) -> WriteMarkersReply:
+    data = asyncio.run(service.handle(peer, Frame(TAG_TXN_MARKERS, None, payload)))
+    assert data is not None
+    answer: WriteMarkersReply = postcard.decode(WriteMarkersReply, data)
+    return answer
+
+
+def test_only_registered_brokers_may_ask_and_bad_requests_are_refused() -> None:
+    service = _service()
+    request = postcard.encode(WriteMarkersRequest(7, 0, True, (("t", 0), ("t", 1))))
+    refused = _ask(service, b"\x02" * 32, request)
+    assert refused.error_code == ErrorCode.cluster_authorization_failed and not refused.errors
+    bad = _ask(service, REGISTERED, b"\xff\xff\xff")
+    assert bad.error_code == ErrorCode.invalid_request and "bad request" in (bad.message or "")
+    answer = _ask(service, REGISTERED, request)
+    # partition 0 is led here but has no local log (the stand-in), partition 1 is not led
+    assert answer.errors == (ErrorCode.unknown_topic_or_partition,
+                             ErrorCode.not_leader_or_follower)
+
+
+def test_the_coordinators_records_split_into_transactions_and_held_offsets() -> None:
+    meta = TxnMetadata("t1", 9, 2, 60000, "Ongoing", {("orders", 1)}, 5, 6)
+    records: list[tuple[bytes, bytes | None]] = [
+        (txn_key("t1"), json.dumps(meta.to_json()).encode()),
+        (txn_key("broken"), b"{not json"),
+        (pending_key(9, b"\x00\x01k1"), b"v1"),
+        (pending_key(9, b"\x00\x01k2"), b"v2"),
+        (pending_key(4, b"\x00\x01k3"), None),  # a deletion: nothing held
+        (b"\x00\x01plain-offset-key", b"group record"),  # the group coordinator's
+        (b"\x7f\xf1short", b"x"),  # a held-offset key too short for its producer id
+    ]
+    txns, held = split(records)
+    assert list(txns) == ["t1"] and txns["t1"] == meta
+    assert held == {9: [(b"\x00\x01k1", b"v1"), (b"\x00\x01k2", b"v2")]}
