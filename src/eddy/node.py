@@ -127,7 +127,12 @@ async def _start_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
         store = RaftGroupStore(broker.groups, cluster.offsets, cluster.offsets_machine)
         store.on_activate = broker.transactions.activate
         broker.groups.store = store
-        cluster.on_offsets_imported = broker.groups.replay_records
+
+        def imported(records: list[tuple[bytes, bytes | None]]) -> None:
+            broker.groups.replay_records(records)  # a joining node's groups...
+            broker.transactions.absorb(records)  # ...and its transactions
+
+        cluster.on_offsets_imported = imported
     return cluster
 
 

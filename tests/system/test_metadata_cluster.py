@@ -391,9 +391,20 @@ def test_a_single_nodes_data_dir_joins_a_cluster_with_its_topics(tmp_path: Path)
         assert produce(solo, "legacy", 20, "old") == 20
         ids = topic_ids(solo, ["legacy"])
         commit(solo, "old-group", "legacy", {0: 3, 1: 4})
+        # a transaction left open (its producer and the node die): it comes along
+        p = Producer({"bootstrap.servers": solo.bootstrap, "transactional.id": "legacy-txn"})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce("legacy", value=b"open:0", partition=0)
+        p.flush(30)
+        meta = Consumer({"bootstrap.servers": solo.bootstrap, "group.id": "txn-group"})
+        p.send_offsets_to_transaction([TopicPartition("legacy", 1, 9)],
+                                      meta.consumer_group_metadata(), 30)
+        solo.kill()
     finally:
         _ADMINS.clear()
-        solo.stop()
+        if solo.alive():
+            solo.stop()
     cluster = nodes(tmp_path)
     try:
         for n in cluster.values():
@@ -411,6 +422,27 @@ def test_a_single_nodes_data_dir_joins_a_cluster_with_its_topics(tmp_path: Path)
         # the group the node kept on its own is in the offsets group now
         wait_for(lambda: committed(cluster[3], "old-group", "legacy") == {0: 3, 1: 4}, 30,
                  "the old group's committed offsets, through any node")
+        # the open transaction is the cluster coordinator's: a new producer with its id
+        # aborts it (markers to node 1, the partition's leader), so its record never shows
+        # and read_committed consumers get past it
+        p2 = Producer({"bootstrap.servers": cluster[2].bootstrap,
+                       "transactional.id": "legacy-txn"})
+        p2.init_transactions(30)
+        p2.begin_transaction()
+        p2.produce("legacy", value=b"after:0", partition=0)
+        p2.commit_transaction(30)
+        c = Consumer({"bootstrap.servers": cluster[3].bootstrap, "group.id": "rc",
+                      "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+        c.assign([TopicPartition("legacy", 0, 0)])
+        seen: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while b"after:0" not in seen and time.monotonic() < deadline:
+            m: Any = c.poll(0.5)
+            if m is not None and m.error() is None:
+                seen.append(m.value())
+        c.close()
+        assert b"after:0" in seen and b"open:0" not in seen
+        assert committed(cluster[3], "txn-group", "legacy") == {}  # aborted with it
     finally:
         _ADMINS.clear()
         for n in cluster.values():

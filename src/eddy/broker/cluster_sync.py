@@ -199,13 +199,16 @@ class ReplicaSync:
         await self._import_offsets(cluster)
 
     async def _import_offsets(self, cluster: ClusterService) -> None:
-        """This node's own committed offsets and groups (its ``__consumer_offsets``) into the
-        offsets group, once (``offsets-imported`` marks it done)."""
+        """This node's own committed offsets and groups (its ``__consumer_offsets``) and its
+        transactions (``__transaction_state``) into the offsets group, once
+        (``offsets-imported`` marks it done)."""
         mark = os.path.join(self.broker.config.data_dir, OFFSETS_MARK)
         if os.path.exists(mark):
             return
         loop = asyncio.get_running_loop()
-        records = await loop.run_in_executor(None, self.broker.groups.local_records)
+        records: list[tuple[bytes, bytes]] = await loop.run_in_executor(
+            None, self.broker.groups.local_records)
+        records += self.broker.transactions.local_records()  # open transactions too
         for chunk in _chunks(records):
             try:
                 answer = await cluster.ask(ImportOffsetsRequest(tuple(chunk)), IMPORT_WAIT_S)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from eddy.broker.txn_markers import MarkerService, append_own, write_one
-from eddy.broker.txn_raft import TxnRaftLog, split
+from eddy.broker.txn_raft import TxnRaftLog, pending_key, split, txn_key
 from eddy.cluster.txn_rpc import WriteMarkersRequest
 from eddy.groups.records import (
     OffsetAndMetadata,
@@ -59,6 +59,7 @@ class TransactionService:
         self.markers: MarkerService | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._finishing: set[tuple[int, int]] = set()  # (producer id, epoch) being finished
+        self._local: list[tuple[bytes, bytes]] = []
 
     def now(self) -> int:
         return self._broker.clock.now_ms()
@@ -82,6 +83,11 @@ class TransactionService:
         for pid, records in self._broker.groups.open_txn_offsets.items():
             self._pending_offsets[pid].extend(records)
         self._broker.groups.open_txn_offsets.clear()
+        # what this node kept on its own, for a cluster it joins (``local_records``)
+        self._local = [(txn_key(m.transactional_id), json.dumps(m.to_json()).encode())
+                       for m in self.coordinator.txns.values()]
+        self._local += [(pending_key(pid, k), v) for pid, held in self._pending_offsets.items()
+                        for k, v in held if v is not None]
         for markers in self.coordinator.recovered():
             log.info("finishing transaction %s after restart (%s)", markers.transactional_id,
                      "commit" if markers.commit else "abort")
@@ -107,6 +113,25 @@ class TransactionService:
                      len(txns))
         for markers in self.coordinator.recovered():
             self._spawn(self._finish(markers))
+
+    def local_records(self) -> list[tuple[bytes, bytes]]:
+        """The transactions this node coordinated on its own (its ``__transaction_state``)
+        and their held offset commits, as records of a cluster's offsets group: a node
+        joining a cluster brings its open transactions along."""
+        return list(self._local)
+
+    def absorb(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        """Records imported into the offsets group here (its leader) from a joining node:
+        its transactions join the coordinator's (an id it has is kept) and prepared ones
+        are finished."""
+        txns, held = split(records)
+        fresh = {t: m for t, m in txns.items() if t not in self.coordinator.txns}
+        self.coordinator.txns.update(fresh)
+        for pid, more in held.items():
+            self._pending_offsets[pid].extend(more)
+        for markers in self.coordinator.recovered():
+            if markers.transactional_id in fresh:
+                self._spawn(self._finish(markers))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro, name="txn-finish")
