@@ -76,6 +76,11 @@ async def start_node(config: BrokerConfig, clock: Clock) -> Node:
     else:
         assert broker is not None
         server = KafkaServer(broker)
+    cluster: ClusterService | None = None
+    sync: ReplicaSync | None = None
+    if config.clustered:
+        assert mesh is not None  # config.mesh_enabled holds for a cluster
+        cluster, sync = _make_cluster(config, clock, mesh, broker)
     await server.start()
     if mesh is not None:
         node = gateway if gateway is not None else broker
@@ -93,23 +98,24 @@ async def start_node(config: BrokerConfig, clock: Clock) -> Node:
         for holder in (broker, gateway):
             if holder is not None:
                 holder.config = config
-    cluster: ClusterService | None = None
-    if config.clustered:
-        assert mesh is not None  # config.mesh_enabled holds for a cluster
-        cluster = await _start_cluster(config, clock, mesh, broker, server)
+    if cluster is not None:
+        cluster.config = config
+        await _start_cluster(cluster, broker, sync)
     if broker is not None:
         broker.start_maintenance()
     return Node(config, broker, server, mesh, gateway, cluster)
 
 
-async def _start_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
-                         broker: Broker | None, server: KafkaServer) -> ClusterService:
+def _make_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
+                  broker: Broker | None) -> tuple[ClusterService, ReplicaSync | None]:
+    """The node's cluster service, wired into the broker before it takes a client: from the
+    first request on, the broker answers as part of the cluster (never as a node of its
+    own), and what needs the controller waits for this broker's registration."""
     cluster_id = broker.cluster_id if broker is not None else load_cluster_id(
         config.data_dir, config.node_id)
     cluster = ClusterService(config, mesh, clock, cluster_id)
     if broker is None:
-        await cluster.start("")
-        return cluster
+        return cluster, None
     markers = MarkerService(broker, mesh)  # a leader writes a coordinator's markers
     mesh.rpc.handle(TAG_TXN_MARKERS, markers.handle)
     broker.transactions.markers = markers
@@ -117,6 +123,14 @@ async def _start_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
     cluster.machine.on_change(sync.schedule)
     broker.cluster, broker.led = cluster, set()
     broker.producer_ids.use_blocks_from(cluster.allocate_producer_ids)
+    return cluster, sync
+
+
+async def _start_cluster(cluster: ClusterService, broker: Broker | None,
+                         sync: ReplicaSync | None) -> None:
+    if broker is None or sync is None:
+        await cluster.start("")
+        return
     await cluster.start(f"{broker.host}:{broker.port}", hosted=sync.hosted,
                         on_delete=sync.delete_ids)
     # topics held before joining the cluster become the cluster's (never deleted)
@@ -133,7 +147,8 @@ async def _start_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
             broker.transactions.absorb(records)  # ...and its transactions
 
         cluster.on_offsets_imported = imported
-    return cluster
+
+
 
 
 async def stop_node(node: Node) -> None:

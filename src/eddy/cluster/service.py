@@ -87,6 +87,9 @@ class ClusterService:
         self.client = ControllerClient(self.node_id, mesh, self.voters,
                                        leader_hint=self._raft_leader)
         self.agent: BrokerAgent | None = None
+        #: set once this broker is registered (its agent's event, made early: requests
+        #: from clients may come before the agent starts)
+        self.registered = asyncio.Event()
         self._changed = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self.machine.on_change(lambda _index: self._changed.set())
@@ -140,6 +143,7 @@ class ClusterService:
                                      kafka_addr, self.mesh.mesh_addr,
                                      self.config.broker_heartbeat_interval_ms, hosted,
                                      on_delete)
+            self.agent.registered = self.registered
             self.agent.start()
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
@@ -160,7 +164,15 @@ class ClusterService:
         await self.transport.close()
 
     async def ask(self, request: ControllerRequest, timeout_s: float) -> ControllerReply:
-        """The controller's answer (see ``ControllerClient.call``)."""
+        """The controller's answer (see ``ControllerClient.call``), once this broker is
+        registered: the controller takes requests only from registered brokers' keys (so a
+        client's request in the first moments of a start waits instead of being refused)."""
+        if "broker" in self.config.roles and not self.registered.is_set():
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self.registered.wait()
+            except TimeoutError:
+                raise ControllerUnavailable("this broker is not registered yet") from None
         return await self.client.call(request, timeout_s)
 
     async def ask_checked(self, request: ControllerRequest, timeout_s: float
@@ -168,7 +180,7 @@ class ClusterService:
         """The controller's answer; no controller (REQUEST_TIMED_OUT) or its refusal (its
         code and message) raised as a ``KafkaError``."""
         try:
-            answer = await self.client.call(request, timeout_s)
+            answer = await self.ask(request, timeout_s)
         except ControllerUnavailable as exc:
             raise KafkaError(ErrorCode.request_timed_out, str(exc)) from None
         if answer.error_code != ErrorCode.none:
