@@ -296,7 +296,7 @@ class BrokerConfig(BaseModel):
     @model_validator(mode="after")
     def _controller_role_matches_voters(self) -> BrokerConfig:
         voters = self.quorum_voters
-        if "controller" in self.roles and self.node_id not in voters:
+        if "controller" in self.roles and self.node_id not in voters:  # named, not it
             raise ValueError(f"process.roles has controller but node.id {self.node_id} is not "
                              f"in controller.quorum.voters ({self.controller_quorum_voters!r})")
         if self.node_id in voters and "controller" not in self.roles:
@@ -353,13 +353,17 @@ class BrokerConfig(BaseModel):
 
     @property
     def quorum_voters(self) -> dict[int, str]:
-        """controller.quorum.voters as node id -> mesh HOST:PORT (empty: no cluster)."""
-        return parse_quorum_voters(self.controller_quorum_voters)
+        """controller.quorum.voters as node id -> mesh HOST:PORT (empty: no cluster); the
+        controller role with no voters named is a cluster of one, this node."""
+        voters = parse_quorum_voters(self.controller_quorum_voters)
+        if not voters and "controller" in self.roles:
+            return {self.node_id: self.mesh_listener or "127.0.0.1:0"}
+        return voters
 
     @property
     def clustered(self) -> bool:
-        """Metadata in Raft (controller.quorum.voters is set)."""
-        return bool(self.controller_quorum_voters.strip())
+        """Metadata in Raft (a quorum of voters, maybe this node alone)."""
+        return bool(self.quorum_voters)
 
     @property
     def mesh_enabled(self) -> bool:
