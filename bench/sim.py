@@ -1,14 +1,16 @@
 """The whole-cluster simulation over many seeds (``eddy.cluster.sim_cluster``): 3- and
-5-node clusters (metadata Raft group, controllers, brokers, clients) under message loss,
-duplication, reordering, partitions, crashes losing unsynced writes, power cuts and clock
-jumps, all in virtual time. Prints failures (each with its replay command) and a table:
-seeds, failures, elections, controller failovers, the median virtual time from the
-controller's node crashing to a new active controller, commands applied.
+5-node clusters (metadata and offsets Raft groups, controllers, group coordinators,
+brokers, clients) under message loss, duplication, reordering, partitions, crashes losing
+unsynced writes, power cuts and clock jumps, all in virtual time. Prints failures (each
+with its replay command) and a table: seeds, failures, elections, controller failovers, the
+median virtual time from the controller's node crashing to a new active controller,
+commands applied, offset commits/fetches answered and group coordinators activated.
 
     python -m bench.sim --seeds 10000 --nodes 3,5       # the long run
     python -m bench.sim --smoke                          # a tiny run
     python -m bench.sim --nodes 3 --seed 42 --trace      # replay one seed, every event
     python -m bench.sim --raft --seeds 1000              # also the Raft-only simulation
+    python -m bench.sim --no-offsets                     # the metadata group only
 
 ``--jobs N`` spreads the seeds over N processes (each seed is still deterministic).
 """
@@ -25,7 +27,8 @@ from eddy.cluster.sim_cluster import ClusterConfig, ClusterResult, ClusterSim
 
 HEADER = (f"{'nodes':>5} {'seeds':>6} {'failures':>8} {'elections':>9} {'failovers':>9} "
           f"{'ctrl after crash ms':>19} {'crashes':>7} {'commands':>9} {'fences':>6} "
-          f"{'moves':>6} {'isr+':>5} {'kv ops':>7} {'topics':>6} {'wall s':>7}")
+          f"{'moves':>6} {'isr+':>5} {'kv ops':>7} {'topics':>6} {'offs ops':>8} "
+          f"{'coords':>6} {'wall s':>7}")
 
 
 def _run_block(args: tuple[ClusterConfig, int, int]) -> list[ClusterResult]:
@@ -59,7 +62,9 @@ def row(nodes: int, results: list[ClusterResult], wall_s: float) -> str:
             f"{med:>19} {len(crash):>7} {sum(r.commands_applied for r in results):>9} "
             f"{_kind(results, 'FenceBroker'):>6} {_kind(results, 'ChangePartitionLeader'):>6} "
             f"{_kind(results, 'ChangeIsr'):>5} {sum(r.kv_ops_ok for r in results):>7} "
-            f"{sum(r.topics_created for r in results):>6} {wall_s:>7.1f}")
+            f"{sum(r.topics_created for r in results):>6} "
+            f"{sum(r.offsets_ops_ok for r in results):>8} "
+            f"{sum(r.coordinator_activations for r in results):>6} {wall_s:>7.1f}")
 
 
 def _raft_sim(seeds: int, first: int, sizes: str) -> int:
@@ -83,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="virtual ms the healed cluster has to settle")
     ap.add_argument("--crash-all-at", default="",
                     help="virtual ms (comma separated) at which every node loses power")
+    ap.add_argument("--no-offsets", action="store_true",
+                    help="without the offsets group and its group coordinator")
     ap.add_argument("--smoke", action="store_true", help="a tiny run (10 seeds a size)")
     ap.add_argument("--raft", action="store_true",
                     help="also run the Raft-only simulation (bench.raft_sim) on these seeds")
@@ -92,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def config(n: int) -> ClusterConfig:
         return ClusterConfig(nodes=n, duration_ms=args.duration_ms, settle_ms=args.settle_ms,
-                             crash_all_at_ms=cuts)
+                             crash_all_at_ms=cuts, offsets=not args.no_offsets)
 
     if args.seed is not None:
         status = 0
@@ -102,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             print(r.report())
             print(f"  {r.events} events, {r.elections} elections, {r.activations} controller "
                   f"activations, {r.commands_applied} commands, {r.kv_ops_ok} kv ops, "
-                  f"digest {r.digest}")
+                  f"{r.offsets_ops_ok} offsets ops, {r.coordinator_activations} coordinator "
+                  f"activations, digest {r.digest}")
             status |= r.failure is not None
         return status
     seeds = 10 if args.smoke else args.seeds
@@ -120,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     print("(totals over the seeds. ctrl after crash: median virtual ms from the controller's "
           "node crashing to a new active controller, over 'crashes' such crashes; commands: "
           "distinct log entries applied; fences, moves (ChangePartitionLeader), isr+ "
-          "(ChangeIsr): of those)")
+          "(ChangeIsr): of those; offs ops: offset commits and fetches answered without error; "
+          "coords: group coordinators activated on an offsets leader)")
     if args.raft:
         print("\nRaft-only simulation (bench.raft_sim)")
         failed |= _raft_sim(seeds, args.first, args.nodes) != 0

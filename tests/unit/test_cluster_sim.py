@@ -1,9 +1,10 @@
 """The whole-cluster simulation (``eddy.cluster.sim_cluster``): a few hundred seeds of 3-
-and 5-node clusters (metadata Raft group, controllers, brokers, clients) under message
-loss, duplication, reordering, partitions, crashes losing unsynced writes, power cuts and
-clock jumps. Every Raft and metadata invariant is checked after each step, the cluster must
-settle once healed, and the key-value history must be linearizable. Deliberately broken
-variants (subclasses using the simulation's hooks) show that the checks do fail."""
+and 5-node clusters (metadata and offsets Raft groups, controllers, group coordinators,
+brokers, clients) under message loss, duplication, reordering, partitions, crashes losing
+unsynced writes, power cuts and clock jumps. Every Raft, metadata and coordinator invariant
+is checked after each step, the cluster must settle once healed, and the key-value and
+offset commit/fetch histories must be linearizable. Deliberately broken variants
+(subclasses using the simulation's hooks) show that the checks do fail."""
 
 from __future__ import annotations
 
@@ -12,23 +13,32 @@ import pytest
 from eddy.cluster.metadata import ApplyResult, MetadataState
 from eddy.cluster.metadata.commands import CreateTopic, FenceBroker, RegisterBroker, UnfenceBroker
 from eddy.cluster.raft.core import RaftNode
-from eddy.cluster.raft.ready import Ready
+from eddy.cluster.raft.messages import Heartbeat
+from eddy.cluster.raft.ready import ReadState, Ready
+from eddy.cluster.raft.sim_lockstep import LockstepCluster
 from eddy.cluster.raft.types import Entry
 from eddy.cluster.sim_cluster import ClusterConfig, ClusterResult, ClusterSim
 from eddy.cluster.sim_cluster_check import MetaChecker, SafetyViolation
 from eddy.cluster.sim_cluster_node import (
     CLIENT_BASE,
+    FetchRequest,
     MetaNode,
+    OffsetsReply,
     ReadReply,
     ReadRequest,
     Rpc,
     node_key,
 )
+from eddy.cluster.sim_cluster_offsets import OffsetsGroup, Replica, rebuilt_offsets
 from eddy.cluster.sim_cluster_service import Responder
 
 #: shorter runs than the bench's (a failure's replay command names these settings)
 DURATION_MS = 3_000
 SETTLE_MS = 4_500
+
+
+#: the metadata checks' broken variants need no offsets group
+_METADATA_ONLY = ClusterConfig(nodes=3, offsets=False)
 
 
 def _config(nodes: int) -> ClusterConfig:
@@ -41,6 +51,7 @@ def _run(nodes: int, seeds: range) -> list[ClusterResult]:
     assert not failures, "\n".join(failures)
     for r in results:
         assert r.activations >= 1 and r.kv_ops_ok > 0 and r.topics_created >= 1, r
+        assert r.coordinator_activations >= 1 and r.offsets_ops_ok > 0, r
     return results
 
 
@@ -65,6 +76,10 @@ def test_the_runs_exercise_failover_fencing_and_leader_moves() -> None:
     for name in ("FenceBroker", "UnfenceBroker", "ChangePartitionLeader", "ChangeIsr",
                  "CreateTopic", "RegisterBroker", "AlterTopicConfigs"):
         assert kind(name) >= 3, (name, kind(name))
+    # the group coordinator moves too, and fetches find what was committed before a move
+    assert sum(r.coordinator_activations for r in results) >= 2 * len(results)
+    assert sum(r.offsets_elections for r in results) >= 2 * len(results)
+    assert sum(r.offsets_fetched for r in results) >= 10 * len(results)
 
 
 def test_every_node_losing_power_at_once_is_survived() -> None:
@@ -80,7 +95,12 @@ def test_a_seed_replays_exactly() -> None:
     b = ClusterSim(11, ClusterConfig(nodes=5)).run()
     c = ClusterSim(12, ClusterConfig(nodes=5)).run()
     assert a.digest == b.digest and a.events == b.events
+    assert a.offsets_ops_ok == b.offsets_ops_ok > 0
     assert a.digest != c.digest
+    metadata_only = ClusterSim(11, ClusterConfig(nodes=3, duration_ms=1_000, settle_ms=3_000,
+                                                 offsets=False)).run()
+    assert metadata_only.failure is None and metadata_only.offsets_ops_ok == 0
+    assert "--no-offsets" in metadata_only.replay
 
 
 def test_a_failure_names_its_seed_and_replay_command() -> None:
@@ -128,19 +148,82 @@ class _NeverStops(ClusterSim):
             meta.controller.active = True
 
 
+class _ForgetfulCoordinator(OffsetsGroup):
+    """A new coordinator that is not rebuilt from the offsets group's records."""
+
+    def _activate(self, rep: Replica) -> None:
+        records, rep.machine.records = rep.machine.records, {}
+        try:
+            super()._activate(rep)
+        finally:
+            rep.machine.records = records
+
+
+class _CoordinatorNeverStops(OffsetsGroup):
+    """A coordinator that keeps serving after its node lost the offsets leadership."""
+
+    def _observe(self, rep: Replica, rd: Ready) -> None:
+        was = rep.serving
+        super()._observe(rep, rd)
+        rep.serving = rep.serving or was
+
+
+class _FetchAnywhere(OffsetsGroup):
+    """OffsetFetch answered from the records some replica (any) applied."""
+
+    def handle(self, i: int, rpc: Rpc) -> None:
+        rep = self.live.get(i)
+        body = rpc.body
+        if rep is None or not isinstance(body, FetchRequest):
+            super().handle(i, rpc)
+            return
+        replica = self.live[self.sim.rng.choice(sorted(self.live))]
+        tp = (body.topic, body.partition)
+        offset = rebuilt_offsets(replica.machine.ordered()).committed_offsets(
+            body.group).get(tp)
+        self._reply(rep, rpc, OffsetsReply(0, -1 if offset is None else offset.offset), False)
+
+
+def _broken(group: type[OffsetsGroup]) -> type[ClusterSim]:
+    class Broken(ClusterSim):
+        def _offsets_group(self) -> OffsetsGroup:
+            return group(self)
+    return Broken
+
+
+def test_a_coordinator_not_rebuilt_from_the_records_is_caught() -> None:
+    sim = _broken(_ForgetfulCoordinator)
+    failures = [r.failure for r in (sim(s, _config(3)).run() for s in range(8)) if r.failure]
+    assert len(failures) >= 3
+    assert all(f.startswith(("offsets coordinator", "offsets linearizability"))
+               for f in failures), failures
+
+
+def test_a_coordinator_outliving_its_leadership_is_caught() -> None:
+    sim = _broken(_CoordinatorNeverStops)
+    failures = [r.failure for r in (sim(s, _config(3)).run() for s in range(4)) if r.failure]
+    assert failures and all("coordinator safety" in f for f in failures), failures
+
+
+def test_offset_fetches_from_followers_are_caught_by_the_linearizability_check() -> None:
+    sim = _broken(_FetchAnywhere)
+    failures = [r.failure for r in (sim(s, _config(3)).run() for s in range(10)) if r.failure]
+    assert failures and all("offsets linearizability" in f for f in failures), failures
+
+
 def test_diverging_replicas_are_caught() -> None:
     r = _Diverges(1, ClusterConfig(nodes=3)).run()
     assert r.failure is not None and "metadata" in r.failure
 
 
 def test_stale_reads_are_caught_by_the_linearizability_check() -> None:
-    failures = [r.failure for r in (_StaleReads(s, ClusterConfig(nodes=3)).run()
+    failures = [r.failure for r in (_StaleReads(s, _METADATA_ONLY).run()
                                     for s in range(20)) if r.failure]
     assert failures and all("linearizability" in f for f in failures)
 
 
 def test_a_controller_outliving_its_leadership_is_caught() -> None:
-    failures = [r.failure for r in (_NeverStops(s, ClusterConfig(nodes=3)).run()
+    failures = [r.failure for r in (_NeverStops(s, _METADATA_ONLY).run()
                                     for s in range(6)) if r.failure]
     assert failures and all("controller safety" in f for f in failures)
 
@@ -178,3 +261,30 @@ def test_replicas_at_one_index_must_hold_one_state() -> None:
     with pytest.raises(SafetyViolation, match="controller safety"):
         checker.controller_started(1, 3)
         checker.controller_started(2, 3)
+
+
+def test_a_read_barrier_whose_heartbeats_were_lost_is_confirmed_by_the_next_heartbeat() -> None:
+    """A coordinator's (or controller's) read barrier: its read-index heartbeats lost, the
+    leader's periodic heartbeats carry the pending read (etcd's rule) instead of waiting
+    for the driver's 30 s write timeout (the simulation found coordinators that never
+    activated after healing)."""
+    c = LockstepCluster(3)
+    lead = c.elect(1)
+    c.propose(1, b"x")
+    lead.read_index(b"barrier")
+    rd = lead.ready()
+    assert rd is not None
+    assert any(isinstance(m, Heartbeat) and m.ctx == b"barrier" for m in rd.messages)
+    lead.advance(rd)  # those heartbeats are lost
+    states: list[ReadState] = []
+    ready = lead.ready
+
+    def capture() -> Ready | None:
+        out = ready()
+        if out is not None:
+            states.extend(out.read_states)
+        return out
+
+    lead.ready = capture  # type: ignore[method-assign]
+    c.tick(400)
+    assert [(s.index, s.ctx) for s in states] == [(lead.commit, b"barrier")]

@@ -3,7 +3,9 @@
 running the ``Controller`` while it leads (activated as ``ControllerService`` does: after a
 read barrier, with the previous leader as a suspect; stopped when it loses leadership),
 and each a broker that registers and heartbeats to whoever it believes is the controller.
-Clients create topics and read and write key-value registers through the group.
+Clients create topics and read and write key-value registers through the group. Every node
+also runs the ``offsets`` Raft group with the group coordinator on its leader
+(``sim_cluster_offsets``), and clients commit and fetch offsets through it.
 
 It extends the Raft simulation (``eddy.cluster.raft.sim.Sim``): the same virtual clock,
 network (drop, delay, duplication, reordering, symmetric and one-way partitions), disks
@@ -12,7 +14,8 @@ broker and client RPCs cross the same network with the same faults (clients' req
 never duplicated: a duplicated write would be a second write). After every step the Raft
 invariants (``SafetyChecker``) and the metadata ones (``MetaChecker``) are checked; after
 the faults stop, the cluster must settle (one controller, every broker unfenced, every
-partition led, every node the same state) and the key-value history must be linearizable.
+partition led, every node the same state; one group coordinator, every node the same
+offsets records) and the key-value and offsets histories must be linearizable.
 
 A run is a function of (seed, config). ``ClusterSim(seed, ClusterConfig(nodes=N)).run()``;
 a failure prints its replay: ``python -m bench.sim --nodes N --seed S --trace``.
@@ -24,10 +27,9 @@ import hashlib
 import random
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from eddy.cluster.controller import Controller, ControllerConfig
+from eddy.cluster.controller import Controller
 from eddy.cluster.metadata import (
     ApplyResult,
     MetadataCommand,
@@ -37,15 +39,28 @@ from eddy.cluster.metadata import (
 )
 from eddy.cluster.placement import HashRing
 from eddy.cluster.raft.core import RaftNode
-from eddy.cluster.raft.ready import ProposalDropped, RaftConfig, Ready, Role
+from eddy.cluster.raft.messages import RaftMessage
+from eddy.cluster.raft.ready import ProposalDropped, Ready, Role
 from eddy.cluster.raft.sim import Sim as RaftSim
-from eddy.cluster.raft.sim import SimConfig, SimNode
+from eddy.cluster.raft.sim import SimNode
 from eddy.cluster.raft.sim_check import SafetyViolation
 from eddy.cluster.raft.sim_kv import check_history
 from eddy.cluster.raft.types import ENTRY_NORMAL, Entry
 from eddy.cluster.sim_cluster_check import MetaChecker
 from eddy.cluster.sim_cluster_clients import BrokerAgent, Workload
-from eddy.cluster.sim_cluster_node import CLIENT_BASE, Batch, MetaNode, OutcomeCallback, Rpc
+from eddy.cluster.sim_cluster_config import ClusterConfig, ClusterResult, replay_command
+from eddy.cluster.sim_cluster_node import (
+    CLIENT_BASE,
+    Batch,
+    CommitRequest,
+    FetchRequest,
+    MetaNode,
+    OffsetsReply,
+    OutcomeCallback,
+    Rpc,
+)
+from eddy.cluster.sim_cluster_offsets import OFFSETS_GID, OffsetsGroup
+from eddy.cluster.sim_cluster_offsets_clients import OffsetsWorkload
 from eddy.cluster.sim_cluster_service import (
     handle,
     propose_cluster_id,
@@ -58,88 +73,6 @@ from eddy.mesh.postcard import PostcardError
 __all__ = ["ClusterConfig", "ClusterResult", "ClusterSim", "replay_command"]
 
 
-def _controller_config() -> ControllerConfig:
-    # the preferred-leader rebalance runs within a short run too
-    return ControllerConfig(leader_imbalance_check_interval_ms=2_000)
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterConfig:
-    nodes: int = 3
-    duration_ms: int = 4_000  # faults and clients run this long, then the cluster heals
-    settle_ms: int = 6_000  # healed, faults off: the cluster must settle in this time
-    #: then no new commands (controller ticks, AlterPartition) this long, so what is in
-    #: flight reaches every node before the final checks compare them
-    quiesce_ms: int = 500
-    faults: bool = True
-    fault_gap_ms: int = 450
-    drop: float | None = None  # None: drawn per seed
-    duplicate: float | None = None
-    crash_mid_ready: float = 0.02
-    crash_all_at_ms: tuple[int, ...] = ()
-    compact_every: int = 40
-    topics: int = 4  # created besides the key-value topic
-    kv_clients: int = 2
-    kv_keys: tuple[str, ...] = ("retention.ms", "flush.ms")
-    max_ops_per_client: int = 200
-    client_timeout_ms: int = 1_500
-    rpc_timeout_ms: int = 600  # a broker's attempt at one controller
-    alter_isr: bool = True
-    fence_grace_ms: int = 5_000
-    controller: ControllerConfig = field(default_factory=_controller_config)
-    raft: RaftConfig = field(default_factory=RaftConfig)
-
-    def sim_config(self) -> SimConfig:
-        return SimConfig(nodes=self.nodes, duration_ms=self.duration_ms,
-                         settle_ms=self.settle_ms + self.quiesce_ms, drop=self.drop,
-                         duplicate=self.duplicate,
-                         faults=self.faults, fault_gap_ms=self.fault_gap_ms,
-                         crash_mid_ready=self.crash_mid_ready, clients=0,
-                         compact_every=self.compact_every,
-                         crash_all_at_ms=self.crash_all_at_ms, raft=self.raft)
-
-
-def replay_command(nodes: int, seed: int, config: ClusterConfig | None = None) -> str:
-    """The command that replays a run, every event printed."""
-    extra = ""
-    if config is not None:
-        default = ClusterConfig()
-        if config.duration_ms != default.duration_ms:
-            extra += f" --duration-ms {config.duration_ms}"
-        if config.settle_ms != default.settle_ms:
-            extra += f" --settle-ms {config.settle_ms}"
-        if config.crash_all_at_ms:
-            extra += f" --crash-all-at {','.join(map(str, config.crash_all_at_ms))}"
-    return f"python -m bench.sim --nodes {nodes} --seed {seed}{extra} --trace"
-
-
-@dataclass
-class ClusterResult:
-    seed: int
-    nodes: int
-    failure: str | None
-    failed_at_event: int | None
-    events: int
-    elections: int
-    activations: int  # controllers started
-    failovers: int  # activations on another node than the previous controller's
-    controller_after_crash_ms: list[int]  # the controller's node crashed -> a new one
-    commands_applied: int  # distinct log entries applied without rejection
-    applied_kinds: dict[str, int]  # the same, by command kind
-    kv_ops_ok: int
-    topics_created: int
-    power_cuts: int
-    virtual_ms: int
-    digest: str  # of every event and the final state: equal runs, equal digests
-    replay: str  # the command that replays this run
-
-    def report(self) -> str:
-        if self.failure is None:
-            return f"nodes={self.nodes} seed={self.seed}: ok"
-        return (f"FAIL nodes={self.nodes} seed={self.seed} at event {self.failed_at_event}: "
-                f"{self.failure}\n  replay: {self.replay}")
-
-
 class ClusterSim(RaftSim):
     def __init__(self, seed: int, config: ClusterConfig | None = None, trace: bool = False,
                  stop_at: int | None = None) -> None:
@@ -148,6 +81,8 @@ class ClusterSim(RaftSim):
         self.agents: dict[int, BrokerAgent] = {}
         self.mcheck = MetaChecker(self.ccfg.fence_grace_ms)
         self.workload = Workload(self)
+        self.offsets = self._offsets_group()
+        self.oworkload = OffsetsWorkload(self)
         self.activations = 0
         self.failovers = 0
         self.controller_after_crash: list[int] = []
@@ -166,8 +101,15 @@ class ClusterSim(RaftSim):
             "kv_next": self.workload.kv_next,
             "kv_timeout": lambda p: self.workload.kv_timeout(*p),
             "quiesce": self._quiesce,
+            "odeliver": self.offsets.deliver,
+            "oc_next": self.oworkload.next,
+            "oc_timeout": lambda p: self.oworkload.timeout(*p),
         }
         super().__init__(seed, self.ccfg.sim_config(), trace, stop_at)
+
+    def _offsets_group(self) -> OffsetsGroup:
+        """The offsets group (a hook: a test's subclass breaks it)."""
+        return OffsetsGroup(self)
 
     # -- small helpers (also used by the service and the clients) --------------------------
     def node_now(self, i: int) -> int:
@@ -203,6 +145,8 @@ class ClusterSim(RaftSim):
         self.schedule(self.rng.randrange(self.cfg.tick_ms), "tick", (i, inc))
         self.schedule(self.rng.randrange(hb), "ctick", (i, inc, 0))
         self.schedule(self.rng.randrange(20, 150), "agent_beat", (i, inc, True))
+        if self.ccfg.offsets:
+            self.offsets.start(i)
 
     def crash(self, i: int, restart_after: int | None) -> None:
         node = self.nodes[i]
@@ -213,7 +157,13 @@ class ClusterSim(RaftSim):
             self._ctrl_crash = (self.now, meta.active_term)
         meta.controller.stop()
         meta.alive = False
+        self.offsets.crash(i)
         super().crash(i, restart_after)
+
+    def _tick(self, i: int, incarnation: int) -> None:
+        super()._tick(i, incarnation)
+        if self.nodes[i].incarnation == incarnation:
+            self.offsets.tick(i)
 
     def _observe(self, raft: RaftNode, rd: Ready) -> None:
         """``ControllerService._on_soft_state``."""
@@ -333,7 +283,26 @@ class ClusterSim(RaftSim):
             if not self.propose_cmd(i, command, cb):
                 cb(None, True)
 
-    # -- the RPC network -------------------------------------------------------------------
+    # -- the networks ----------------------------------------------------------------------
+    def send(self, m: RaftMessage) -> None:
+        """Raft messages: the offsets group's go as "odeliver" events, as objects (the
+        metadata group's cross the codec: the same message types)."""
+        if m.group != OFFSETS_GID:
+            super().send(m)
+            return
+        if self.rng.random() < self.drop:
+            self.offsets.lost(m)
+            return
+        copies = 2 if self.rng.random() < self.dup else 1
+        for _ in range(copies):
+            self.schedule(1 + self.rng.randrange(self.cfg.max_delay_ms), "odeliver", m)
+
+    def _lost(self, m: RaftMessage) -> None:
+        if m.group == OFFSETS_GID:
+            self.offsets.lost(m)
+        else:
+            super()._lost(m)
+
     def send_rpc(self, msg: Rpc) -> None:
         if msg.src == msg.dst:  # the local controller: no network
             self.schedule(0, "rpc", msg)
@@ -349,12 +318,18 @@ class ClusterSim(RaftSim):
         if (msg.src, msg.dst) in self.blocked:
             return
         if msg.dst >= CLIENT_BASE:
-            self.workload.on_reply(msg)
+            if isinstance(msg.body, OffsetsReply):
+                self.oworkload.on_reply(msg)
+            else:
+                self.workload.on_reply(msg)
             return
         if self.nodes[msg.dst].raft is None:
             return
         if msg.reply:
             self.agents[msg.dst].on_reply(self, msg)
+            return
+        if isinstance(msg.body, CommitRequest | FetchRequest):
+            self.offsets.handle(msg.dst, msg)
             return
         handle(self, msg.dst, msg)
         self.process(msg.dst)
@@ -420,6 +395,8 @@ class ClusterSim(RaftSim):
 
     def run(self) -> ClusterResult:  # type: ignore[override]
         self.workload.start()
+        if self.ccfg.offsets:
+            self.oworkload.start()
         self.schedule(self.ccfg.duration_ms + self.ccfg.settle_ms, "quiesce", None)
         failure: str | None
         try:
@@ -431,11 +408,15 @@ class ClusterSim(RaftSim):
         for i in sorted(self.meta):
             if self.nodes[i].raft is not None:
                 self._hash.update(self.meta[i].state.snapshot())
+        for data in self.offsets.state_bytes():
+            self._hash.update(data)
         cfg = self.ccfg
         return ClusterResult(
             self.seed, cfg.nodes, failure, at, self.events, self.elections,
             self.activations, self.failovers, self.controller_after_crash,
             self.mcheck.commands_ok, self.mcheck.applied_kinds(), self.workload.ok,
+            self.oworkload.ok, self.oworkload.fetched, self.offsets.elections,
+            self.offsets.activations,
             len(self.workload.acked_topics),
             self.crash_all_count, self.cfg.duration_ms + self.cfg.settle_ms,
             self._hash.hexdigest(),
@@ -456,4 +437,12 @@ class ClusterSim(RaftSim):
         if failure is not None:
             return failure
         errors = check_history(self.workload.history)
-        return "linearizability: " + "\n".join(errors) if errors else None
+        if errors:
+            return "linearizability: " + "\n".join(errors)
+        if not self.ccfg.offsets:
+            return None
+        failure = self.offsets.final()
+        if failure is not None:
+            return failure
+        errors = check_history(self.oworkload.history)
+        return "offsets linearizability: " + "\n".join(errors) if errors else None

@@ -59,7 +59,41 @@ class AlterIsrRequest:
     partition_epoch: int
 
 
-Body = bytes | ReadRequest | ReadReply | AlterIsrRequest
+@dataclass(frozen=True, slots=True)
+class CommitRequest:
+    """OffsetCommit of one partition for a "simple" group (generation -1, no member id),
+    sent to the node a client believes coordinates groups (the ``offsets`` group's
+    leader). The simulation skips the Kafka codec: the broker handler is a thin
+    translation, the coordinator behind it is the real one."""
+
+    group: str
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    """OffsetFetch of one partition."""
+
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsReply:
+    """A CommitRequest's or FetchRequest's answer: Kafka's error code, the fetched offset
+    (-1: none committed) and, with NOT_COORDINATOR, the offsets group's leader as the
+    answering node knows it (what FindCoordinator would say; 0 unknown)."""
+
+    error: int
+    offset: int = -1
+    hint: int = 0
+
+
+Body = (bytes | ReadRequest | ReadReply | AlterIsrRequest | CommitRequest | FetchRequest
+        | OffsetsReply)
 
 
 @dataclass(frozen=True, slots=True)

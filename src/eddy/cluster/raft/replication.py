@@ -93,7 +93,7 @@ class Replication:
         c = self.config
         if self._now >= self._hb_deadline:
             self._hb_deadline = self._now + c.heartbeat_ms
-            self._bcast_heartbeat(b"")
+            self._bcast_heartbeat(next(reversed(self._pending_reads), b""))  # etcd's rule
         if self._now >= self._cq_deadline:
             self._cq_deadline = self._now + c.election_timeout_ms
             if c.check_quorum:
