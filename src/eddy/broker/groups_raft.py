@@ -79,6 +79,19 @@ class RaftGroupStore:
         finally:
             self._activating = None
 
+    async def confirm(self) -> bool:
+        """Whether this node still leads the offsets group, confirmed by a quorum now (a
+        read barrier): a coordinator cut off from the others keeps serving until its Raft
+        check-quorum steps it down, and must not answer OffsetFetch from what it has then
+        (a newer commit may have gone through the new leader)."""
+        if not self.serving:
+            return False
+        try:
+            await self.driver.read_barrier()
+        except (ProposalDropped, WriteTimeout):
+            return False
+        return self.serving
+
     def persist(self, write: Write) -> None:
         """Propose ``write``'s records; the coordinator is told the outcome later."""
         data = encode_entry([(r.key, r.value) for r in write.records])

@@ -203,12 +203,12 @@ async def offset_commit(broker: Broker, req: Request) -> Any:
     )
 
 
-def _fetch_group(broker: Broker, group_id: str, topics: Any) -> tuple[ErrorCode, dict[
-        str, list[OffsetFetchPartition]]]:
+def _fetch_group(broker: Broker, group_id: str, topics: Any, current: bool
+                 ) -> tuple[ErrorCode, dict[str, list[OffsetFetchPartition]]]:
     wanted = None if topics is None else [
         (t.name, p) for t in topics for p in t.partition_indexes
     ]
-    if moved(broker, group_id):
+    if not current or moved(broker, group_id):
         return ErrorCode.not_coordinator, {}
     r = broker.groups.coordinator.fetch_offsets(group_id, wanted)
     by_topic: dict[str, list[OffsetFetchPartition]] = defaultdict(list)
@@ -229,22 +229,30 @@ def _fetch_topics(cls_topic: Any, cls_part: Any, by_topic: dict[str, list[Any]])
     )
 
 
+async def _confirmed(broker: Broker) -> bool:
+    """In a cluster: this node's coordinator is still the current one (see
+    ``RaftGroupStore.confirm``); on a node of its own, always."""
+    store = broker.groups.store
+    return broker.cluster is None or (store is not None and await store.confirm())
+
+
 async def offset_fetch(broker: Broker, req: Request) -> Any:
     b = req.body
     v = req.api_version
     mod = response_module(ApiKey.OFFSET_FETCH, v)
+    current = await _confirmed(broker)
     if v >= 8:
         groups = []
         for g in b.groups:
             with span("rafka.broker.group.offset-fetch", group_id=g.group_id):
-                code, by_topic = _fetch_group(broker, g.group_id, g.topics)
+                code, by_topic = _fetch_group(broker, g.group_id, g.topics, current)
             groups.append(build(
                 mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=code,
                 topics=_fetch_topics(mod.OffsetFetchResponseTopics,
                                      mod.OffsetFetchResponsePartitions, by_topic)))
         return build(mod.OffsetFetchResponse, throttle_time=_NO_TIME, groups=tuple(groups))
     with span("rafka.broker.group.offset-fetch", group_id=b.group_id):
-        code, by_topic = _fetch_group(broker, b.group_id, b.topics)
+        code, by_topic = _fetch_group(broker, b.group_id, b.topics, current)
     return build(
         mod.OffsetFetchResponse,
         throttle_time=_NO_TIME,
