@@ -343,3 +343,23 @@ def test_memory_store_driver_snapshots_and_restores(tmp_path: Path) -> None:
             await d2.propose(b"after stop")
 
     asyncio.run(go())
+
+
+def test_a_proposal_replaced_at_its_index_fails_at_once() -> None:
+    """A leader that lost the lead before its entry committed and leads again with a
+    shorter log proposes at the same index: the older proposal fails then (its caller
+    learns the outcome is lost), not after the write timeout."""
+    async def go() -> None:
+        net = InMemoryRaftNetwork()
+        store = MemoryLogStore()
+        bootstrap(store, [1])
+        d = RaftDriver("mem", 1, store, net.transport(1), CFG, ListMachine(), WallClock())
+        loop = asyncio.get_running_loop()
+        old, new = loop.create_future(), loop.create_future()
+        d._wait_for(12, 3, old)
+        d._wait_for(12, 5, new)
+        with pytest.raises(ProposalDropped, match="entry 12 of term 3 was replaced"):
+            await old
+        assert not new.done() and d._pending[12] == (5, new)
+
+    asyncio.run(go())

@@ -206,6 +206,16 @@ class RaftDriver(ReadyHandling):
             raise RuntimeError(f"raft group {self.group}: driver not started")
         return self.node
 
+    def _wait_for(self, index: int, term: int, fut: asyncio.Future[Any]) -> None:
+        """``fut`` waits for the entry proposed at ``index`` in ``term``. A proposal of an
+        earlier term still waiting at that index (this node led, lost the lead before it
+        committed, and leads again with a shorter log) was replaced: it fails now."""
+        old = self._pending.get(index)
+        if old is not None and not old[1].done():
+            old[1].set_exception(ProposalDropped(
+                f"raft group {self.group}: entry {index} of term {old[0]} was replaced"))
+        self._pending[index] = (term, fut)
+
     def _check_usable(self) -> RaftNode:
         n = self._node()
         if self._failed is not None or self._stopping:
@@ -381,7 +391,7 @@ class RaftDriver(ReadyHandling):
             except ProposalDropped as exc:
                 fut.set_exception(exc)
                 continue
-            self._pending[index] = (node.term, fut)
+            self._wait_for(index, node.term, fut)
         while self._reads:
             ctx, rfut = self._reads.popleft()
             if rfut.done():
@@ -424,7 +434,7 @@ class RaftDriver(ReadyHandling):
             fut.set_exception(exc)
             return
         self._conf_index = index
-        self._pending[index] = (node.term, fut)
+        self._wait_for(index, node.term, fut)
         log.info("raft group %s: proposed membership change %s at index %d", self.group,
                  what, index)
 
