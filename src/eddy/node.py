@@ -9,6 +9,7 @@ local path) and everyone else's over the mesh.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -31,6 +32,8 @@ from eddy.mesh.quic import MeshError, MeshTimeout, PeerUnavailable
 from eddy.mesh.service import MeshService
 
 log = logging.getLogger("eddy")
+#: how long a cluster of one waits for its own registration before it says it is ready
+ALONE_READY_S = 10.0
 
 
 def hosted_by(broker: Broker) -> tuple[dict[str, int], frozenset[str]]:
@@ -133,6 +136,15 @@ async def _start_cluster(cluster: ClusterService, broker: Broker | None,
         return
     await cluster.start(f"{broker.host}:{broker.port}", hosted=sync.hosted,
                         on_delete=sync.delete_ids)
+    if set(cluster.voters) == {broker.node_id}:
+        # a cluster of one needs nobody else: it is registered and leads its partitions
+        # before the ready line, so a client's first produce is not NOT_LEADER_OR_FOLLOWER
+        try:
+            async with asyncio.timeout(ALONE_READY_S):
+                await cluster.registered.wait()
+        except TimeoutError:
+            log.warning("not registered with the controller within %.0f s", ALONE_READY_S)
+        sync.sync()
     # topics held before joining the cluster become the cluster's (never deleted)
     cluster.spawn(sync.import_local(cluster), "import-local-topics")
     if cluster.offsets is not None:  # a voter: it may lead the offsets group
