@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import selectors
 import shutil
 import signal
 import socket
@@ -121,38 +120,32 @@ class BrokerProcess:
         )
         log.close()
         assert self.proc.stdout is not None
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        # stdout is read by a thread: lines written together (EDDY_MESH, then EDDY_READY)
+        # land in one buffer, where a select() on the pipe would never see the second
+        threading.Thread(target=self._drain, args=(t0,), daemon=True).start()
         deadline = t0 + timeout
-        try:
-            while True:
-                if time.perf_counter() > deadline:
-                    raise RuntimeError(f"{self.name} was not ready in {timeout}s")
-                if self.proc.poll() is not None:
-                    raise RuntimeError(
-                        f"{self.name} exited with {self.proc.returncode}: {self.log_tail()}"
-                    )
-                if self.ready_line_s is None and sel.select(timeout=0.002):
-                    line = self.proc.stdout.readline()
-                    self._stdout_lines.append(line)
-                    if self._is_ready_line(line):
-                        self.ready_line_s = time.perf_counter() - t0
-                if self.port and metadata_ok(self.host, self.port):
-                    self.first_metadata_s = time.perf_counter() - t0
-                    if self.ready_line_s is not None or not self.ready_line_required:
-                        break
-                elif self.port:
-                    time.sleep(0.002)
-        finally:
-            sel.close()
-        # keep draining stdout so the broker never blocks on a full pipe
-        threading.Thread(target=self._drain, daemon=True).start()
+        while True:
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"{self.name} was not ready in {timeout}s")
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited with {self.proc.returncode}: {self.log_tail()}"
+                )
+            if self.port and metadata_ok(self.host, self.port):
+                self.first_metadata_s = time.perf_counter() - t0
+                if self.ready_line_s is not None or not self.ready_line_required:
+                    break
+            time.sleep(0.002)
 
-    def _drain(self) -> None:
+    def _drain(self, t0: float) -> None:
+        """Keep reading stdout (the broker never blocks on a full pipe); the ready line
+        gives the time to it (and the port, for some brokers)."""
         assert self.proc is not None and self.proc.stdout is not None
         for line in self.proc.stdout:
             if len(self._stdout_lines) < 1000:
                 self._stdout_lines.append(line)
+            if self.ready_line_s is None and self._is_ready_line(line):
+                self.ready_line_s = time.perf_counter() - t0
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
