@@ -24,6 +24,7 @@ from test_metadata_cluster import (
     coordinator_of,
     create,
     describe,
+    eddy_cli,
     nodes,
 )
 
@@ -95,6 +96,13 @@ def test_transactions_span_the_cluster_and_survive_their_coordinator(tmp_path: P
 
         got = read_committed(cluster[1], "out", 30)
         assert sorted(got) == sorted(f"committed:{i}".encode() for i in range(30))
+        # the CLI finds the transaction through any node (asking every broker, then the
+        # coordinator FindCoordinator names)
+        elsewhere = next(n for i, n in cluster.items() if i != coordinator)
+        listed = eddy_cli("txn", "list", "-b", elsewhere.bootstrap)
+        assert [t["transactional_id"] for t in listed] == [TXN_ID]
+        (described,) = eddy_cli("txn", "describe", TXN_ID, "-b", elsewhere.bootstrap)
+        assert described["state"] == "CompleteAbort"
         assert committed(cluster[1], "proc", "out") == {0: 17}
 
         # a transaction left open when its coordinator dies: the new coordinator has the

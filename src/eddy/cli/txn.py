@@ -1,4 +1,6 @@
-"""`eddy txn list|describe`: the transactions a broker coordinates."""
+"""`eddy txn list|describe`: the transactions of a broker, or of a whole cluster (as
+Kafka's admin client does: ListTransactions asks every broker the bootstrap's Metadata
+names, DescribeTransactions asks each id's coordinator, found with FindCoordinator)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,9 @@ from typing import Annotated, Any
 
 import typer
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+from kio.schema.metadata.v12.request import MetadataRequest
 
 from eddy.cli.common import (
     BootstrapOpt,
@@ -24,8 +28,15 @@ from eddy.client.raw import RawClient
 txn_app = typer.Typer(help="Inspect transactions.", no_args_is_help=True)
 
 
+TRANSACTION = 1
+
+
 def _client(bootstrap: str) -> RawClient:
     host, port = parse_bootstrap(bootstrap)[0]
+    return _connect(host, port)
+
+
+def _connect(host: str, port: int) -> RawClient:
     try:
         return RawClient(host, port, timeout_s=5.0)
     except OSError as exc:
@@ -43,7 +54,47 @@ def _list(client: RawClient, states: list[str], producer_ids: list[int]) -> list
         raise CliError(f"unknown transaction state(s): {', '.join(resp.unknown_state_filters)}"
                        "; states are Empty, Ongoing, PrepareCommit, PrepareAbort, "
                        "CompleteCommit, CompleteAbort")
-    return sorted(resp.transaction_states, key=lambda t: t.transactional_id)
+    return list(resp.transaction_states)
+
+
+def _brokers(client: RawClient) -> dict[int, tuple[str, int]]:
+    resp = client.call(MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                                       include_topic_authorized_operations=False))
+    return {int(b.node_id): (b.host, int(b.port)) for b in resp.brokers}
+
+
+def _list_all(bootstrap: str, states: list[str], producer_ids: list[int]) -> list[Any]:
+    """Every broker's transactions (each answers for those it coordinates)."""
+    with _client(bootstrap) as client:
+        brokers = _brokers(client)
+        if len(brokers) <= 1:
+            return sorted(_list(client, states, producer_ids),
+                          key=lambda t: t.transactional_id)
+    found: dict[str, Any] = {}
+    for host, port in brokers.values():
+        with _connect(host, port) as other:
+            for t in _list(other, states, producer_ids):
+                found.setdefault(t.transactional_id, t)
+    return [found[k] for k in sorted(found)]
+
+
+def _describe_all(bootstrap: str, txn_ids: list[str]) -> list[Any]:
+    """Each id described by its coordinator."""
+    with _client(bootstrap) as client:
+        brokers = _brokers(client)
+        coords = client.call(FindCoordinatorRequest(key_type=TRANSACTION,
+                                                    coordinator_keys=tuple(txn_ids)))
+    by_node: dict[int, list[str]] = {}
+    for c in coords.coordinators:
+        if c.error_code != 0 or int(c.node_id) not in brokers:
+            raise CliError(f"no coordinator for transaction {c.key!r}: {c.error_code.name}")
+        by_node.setdefault(int(c.node_id), []).append(c.key)
+    states: dict[str, Any] = {}
+    for node, ids in by_node.items():
+        with _connect(*brokers[node]) as coordinator:
+            resp = coordinator.call(DescribeTransactionsRequest(transactional_ids=tuple(ids)))
+        states.update({s.transactional_id: s for s in resp.transaction_states})
+    return [states[t] for t in txn_ids]
 
 
 @txn_app.command("list")
@@ -56,8 +107,7 @@ def list_(
 ) -> None:
     """Transactional ids with their producer id and state."""
     out = resolve_output(output)
-    with _client(bootstrap) as client:
-        txns = _list(client, state or [], producer_id or [])
+    txns = _list_all(bootstrap, state or [], producer_id or [])
     rows = [[t.transactional_id, t.producer_id, t.transaction_state] for t in txns]
     if out is Output.json:
         print_json([{"transactional_id": r[0], "producer_id": r[1], "state": r[2]}
@@ -76,16 +126,13 @@ def describe(
 ) -> None:
     """State, producer id/epoch, timeout, start time and partitions of transactions."""
     out = resolve_output(output)
-    with _client(bootstrap) as client:
-        known = {t.transactional_id for t in _list(client, [], [])}
-        missing = [t for t in transactional_ids if t not in known]
-        if missing:
-            raise CliError(f"no transaction with id {', '.join(map(repr, missing))}; "
-                           "see eddy txn list")
-        resp = client.call(DescribeTransactionsRequest(
-            transactional_ids=tuple(transactional_ids)))
+    known = {t.transactional_id for t in _list_all(bootstrap, [], [])}
+    missing = [t for t in transactional_ids if t not in known]
+    if missing:
+        raise CliError(f"no transaction with id {', '.join(map(repr, missing))}; "
+                       "see eddy txn list")
     items = []
-    for s in resp.transaction_states:
+    for s in _describe_all(bootstrap, transactional_ids):
         start = s.transaction_start_time
         items.append({
             "transactional_id": s.transactional_id,
