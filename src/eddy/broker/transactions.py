@@ -88,10 +88,13 @@ class TransactionService:
                        for m in self.coordinator.txns.values()]
         self._local += [(pending_key(pid, k), v) for pid, held in self._pending_offsets.items()
                         for k, v in held if v is not None]
-        for markers in self.coordinator.recovered():
-            log.info("finishing transaction %s after restart (%s)", markers.transactional_id,
-                     "commit" if markers.commit else "abort")
-            self._spawn(self._finish(markers))
+        recovered = self.coordinator.recovered()
+        for markers in recovered:
+            log.info("transaction %s is prepared (%s): finishing it after the restart",
+                     markers.transactional_id, "commit" if markers.commit else "abort")
+        # finished by the first maintenance pass; in a cluster by the coordinator that
+        # takes these transactions (``absorb``)
+        self._unfinished = bool(recovered) and not self._broker.config.clustered
 
     @property
     def serving(self) -> bool:
