@@ -363,3 +363,57 @@ def test_a_proposal_replaced_at_its_index_fails_at_once() -> None:
         assert not new.done() and d._pending[12] == (5, new)
 
     asyncio.run(go())
+
+
+def test_a_group_whose_disk_fails_stops_then_comes_back_when_it_works_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fsync fails (a full disk): the proposal in flight fails, the group stops leading and
+    says so; once fsync works again the storage is reopened and the group goes on, with
+    nothing applied twice and nothing acknowledged lost."""
+    import errno
+    import os
+
+    real_fsync = os.fsync
+    full = {"on": False}
+
+    def fsync(fd: int) -> None:
+        if full["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+    async def go() -> None:
+        net = InMemoryRaftNetwork()
+        store = RaftStorage(str(tmp_path / "g"))
+        bootstrap(store, [1])
+        sm = ListMachine()
+        d = RaftDriver("disk", 1, store, net.transport(1), CFG, sm, WallClock())
+        roles: list[bool] = []
+        d.on_soft_state = lambda soft: roles.append(soft.role.name == "LEADER")
+        await d.start()
+        await until(lambda: d.is_leader, 5, "a single voter leads")
+        for k in range(5):
+            await d.propose(b"a%d" % k)
+        full["on"] = True
+        with pytest.raises(ProposalDropped):
+            await d.propose(b"lost")
+        assert not d.is_leader and roles[-1] is False  # told: no longer leading
+        with pytest.raises(ProposalDropped):
+            await d.propose(b"refused while down")
+        full["on"] = False
+        await until(lambda: d.is_leader, 10, "the group back after the disk recovered")
+        assert d.stats.recoveries == 1
+        await d.propose(b"after")
+        await d.stop()
+        assert sm.items[:5] == [b"a%d" % k for k in range(5)] and sm.items[-1] == b"after"
+        assert b"refused while down" not in sm.items
+        # and a restart from the files gives the same state
+        sm2 = ListMachine()
+        d2 = RaftDriver("disk", 1, RaftStorage(str(tmp_path / "g")), net.transport(1), CFG,
+                        sm2, WallClock())
+        await d2.start()
+        await until(lambda: sm2.items == sm.items, 5, "the same state from disk")
+        await d2.stop()
+
+    asyncio.run(go())

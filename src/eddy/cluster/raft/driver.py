@@ -46,6 +46,8 @@ from eddy.cluster.raft.driver_ready import ReadyHandling
 from eddy.cluster.raft.driver_types import (
     MAX_INBOX,
     MAX_PENDING_PROPOSALS,
+    RECOVER_FIRST_S,
+    RECOVER_MAX_S,
     DriverStats,
     DriverStopped,
     RaftStatus,
@@ -182,7 +184,7 @@ class RaftDriver(ReadyHandling):
 
     @property
     def is_leader(self) -> bool:
-        return self.node is not None and self.node.role == Role.LEADER
+        return self.node is not None and self.node.role == Role.LEADER and self._failed is None
 
     @property
     def running(self) -> bool:
@@ -331,32 +333,85 @@ class RaftDriver(ReadyHandling):
 
     # -- the loop --------------------------------------------------------------------------
     async def _run(self) -> None:
-        node = self._node()
+        """The loop; after a storage failure (a full or failing disk) the group stops, then
+        comes back once its files can be opened again (``_recover``)."""
+        while True:
+            try:
+                await self._loop(self._node())
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a failed disk (RaftStorageError) or a bug: stop here
+                self._failed = exc
+                log.error("raft group %s on node %d stopped: %s", self.group, self.node_id,
+                          exc, exc_info=not isinstance(exc, RaftStorageError))
+                self._fail_all(DriverStopped(f"raft group {self.group}: driver failed: {exc}"))
+                self._tell_soft_state(SoftState(0, Role.FOLLOWER))
+                if not isinstance(exc, RaftStorageError) or not await self._recover():
+                    return
+
+    def _tell_soft_state(self, soft: SoftState) -> None:
+        if self.on_soft_state is not None:
+            try:
+                self.on_soft_state(soft)
+            except Exception:
+                log.exception("raft group %s: on_soft_state failed", self.group)
+
+    async def _recover(self) -> bool:
+        """Reopen the storage (its recovery keeps what was synced) until it works, backing
+        off from ``RECOVER_FIRST_S`` to ``RECOVER_MAX_S``; the core starts again from it
+        with the state machine as it is (it applied only committed, synced entries)."""
+        store = self.store
+        if not isinstance(store, RaftStorage):
+            return False
+        loop = asyncio.get_running_loop()
+        wait_s = RECOVER_FIRST_S
+        while not self._stopping:
+            await asyncio.sleep(wait_s)
+            wait_s = min(wait_s * 2, RECOVER_MAX_S)
+            try:
+                fresh = await loop.run_in_executor(self._executor, store.reopened)
+            except (RaftStorageError, OSError) as exc:
+                log.warning("raft group %s: storage not back yet: %s", self.group, exc)
+                continue
+            applied = self._node().log.applied
+            if applied > fresh.last_index() and applied > fresh.snapshot_meta().index:
+                log.error("raft group %s: entries up to %d were applied but only %d "
+                          "survived on disk: restart the node", self.group, applied,
+                          fresh.last_index())
+                return False
+            self.store = fresh
+            hs, _ = fresh.initial_state()
+            self._synced_vote = (hs.term, hs.vote)
+            node = RaftNode(self.node_id, self.config, self.rng, fresh,
+                            now_ms=self.clock.now_ms(), applied=applied)
+            node.log.committed = max(node.log.committed, applied)  # applied was committed
+            self.node = node
+            self._failed = None
+            self.stats.recoveries += 1
+            log.info("raft group %s on node %d: storage reopened, back at applied index %d",
+                     self.group, self.node_id, applied)
+            return True
+        return False
+
+    async def _loop(self, node: RaftNode) -> None:
         tick_s = max(self.config.heartbeat_ms // 5, 1) / 1000
-        try:
-            while not self._stopping:
-                if not self._has_input() and not node.has_ready():
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(tick_s):
-                            await self._wake.wait()
-                self._wake.clear()
-                node.tick(self.clock.now_ms())
-                self._drain(node)
-                rd = node.ready()
-                if rd is not None:
-                    await self._handle(node, rd)
-                    self._reads.extend(self._reads_retry)
-                    self._reads_retry.clear()
-                    self._confs.extend(self._confs_retry)
-                    self._confs_retry.clear()
-                await asyncio.sleep(0)  # never hog the loop, even with work queued
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a failed disk (RaftStorageError) or a bug: stop here
-            self._failed = exc
-            log.error("raft group %s on node %d stopped: %s", self.group, self.node_id, exc,
-                      exc_info=not isinstance(exc, RaftStorageError))
-            self._fail_all(DriverStopped(f"raft group {self.group}: driver failed: {exc}"))
+        while not self._stopping:
+            if not self._has_input() and not node.has_ready():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(tick_s):
+                        await self._wake.wait()
+            self._wake.clear()
+            node.tick(self.clock.now_ms())
+            self._drain(node)
+            rd = node.ready()
+            if rd is not None:
+                await self._handle(node, rd)
+                self._reads.extend(self._reads_retry)
+                self._reads_retry.clear()
+                self._confs.extend(self._confs_retry)
+                self._confs_retry.clear()
+            await asyncio.sleep(0)  # never hog the loop, even with work queued
 
     def _has_input(self) -> bool:
         return bool(self._inbox or self._proposals or self._reads or self._actions

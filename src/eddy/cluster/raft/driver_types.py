@@ -11,6 +11,9 @@ from eddy.cluster.raft.ready import ProposalDropped
 #: bounds on what waits for the loop (beyond them: dropped messages, refused proposals)
 MAX_INBOX = 8192
 MAX_PENDING_PROPOSALS = 65536
+#: after a storage failure, the first wait before reopening the files, and the longest
+RECOVER_FIRST_S = 0.5
+RECOVER_MAX_S = 30.0
 
 
 class StateMachine(Protocol):
@@ -45,6 +48,7 @@ class DriverStats:
     dropped_messages: int = 0
     slow_writes: int = 0
     conf_changes: int = 0  # membership changes applied here
+    recoveries: int = 0  # storage reopened after a failure
 
 
 @dataclass(frozen=True)

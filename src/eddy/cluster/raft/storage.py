@@ -30,6 +30,7 @@ survived. Not thread-safe: one driver owns it."""
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
 import re
@@ -103,6 +104,16 @@ class RaftStorage:
         self._synced_state: PersistedState | None = None
         make_dirs(directory)
         self._recover()
+
+    def reopened(self) -> RaftStorage:
+        """This storage closed (what failed is given up) and opened again from its files:
+        recovery decides what survived. Raises ``RaftStorageError`` / ``OSError`` if the
+        directory cannot be read yet."""
+        with contextlib.suppress(RaftStorageError, OSError):
+            self.close()
+        return RaftStorage(self.directory, segment_bytes=self.segment_bytes,
+                           cache_bytes=self.cache_bytes, flush_bytes=self.flush_bytes,
+                           files=self._files)
 
     # ---- LogStore ------------------------------------------------------------------------
 
