@@ -23,6 +23,7 @@ class Driver:
         self.is_leader = False
         self.on_soft_state: Any = None
         self.barriers = 0
+        self.node: Any = SimpleNamespace(id=1, voters=frozenset({1, 2, 3}))
 
     async def read_barrier(self) -> int:
         self.barriers += 1
@@ -52,5 +53,10 @@ def test_offset_fetch_needs_the_quorum_to_confirm_the_coordinator() -> None:
             assert driver.barriers == barriers
         alone: Any = SimpleNamespace(cluster=None, groups=SimpleNamespace(store=None))
         assert await _confirmed(alone)  # a node of its own is always current
+        # a lone voter (a cluster of one): nobody else can lead, no barrier needed
+        store, driver = _store(NotLeader(0), True)
+        driver.node = SimpleNamespace(id=1, voters=frozenset({1}))
+        one: Any = SimpleNamespace(cluster=object(), groups=SimpleNamespace(store=store))
+        assert await _confirmed(one) and driver.barriers == 0
 
     asyncio.run(run())

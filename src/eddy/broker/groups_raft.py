@@ -86,6 +86,9 @@ class RaftGroupStore:
         (a newer commit may have gone through the new leader)."""
         if not self.serving:
             return False
+        node = self.driver.node
+        if node is not None and node.voters == frozenset((node.id,)):
+            return True  # a lone voter: no other node can have become the leader
         try:
             await self.driver.read_barrier()
         except (ProposalDropped, WriteTimeout):
