@@ -11,6 +11,7 @@ commands applied, offset commits/fetches answered and group coordinators activat
     python -m bench.sim --nodes 3 --seed 42 --trace      # replay one seed, every event
     python -m bench.sim --raft --seeds 1000              # also the Raft-only simulation
     python -m bench.sim --no-offsets                     # the metadata group only
+    python -m bench.sim --no-fetch-barrier               # OffsetFetch without its barrier
 
 ``--jobs N`` spreads the seeds over N processes (each seed is still deterministic).
 """
@@ -90,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="virtual ms (comma separated) at which every node loses power")
     ap.add_argument("--no-offsets", action="store_true",
                     help="without the offsets group and its group coordinator")
+    ap.add_argument("--no-fetch-barrier", action="store_true",
+                    help="OffsetFetch answered without a read barrier (the old, broken model)")
     ap.add_argument("--smoke", action="store_true", help="a tiny run (10 seeds a size)")
     ap.add_argument("--raft", action="store_true",
                     help="also run the Raft-only simulation (bench.raft_sim) on these seeds")
@@ -99,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def config(n: int) -> ClusterConfig:
         return ClusterConfig(nodes=n, duration_ms=args.duration_ms, settle_ms=args.settle_ms,
-                             crash_all_at_ms=cuts, offsets=not args.no_offsets)
+                             crash_all_at_ms=cuts, offsets=not args.no_offsets,
+                             offsets_fetch_barrier=not args.no_fetch_barrier)
 
     if args.seed is not None:
         status = 0

@@ -4,7 +4,8 @@ brokers, clients) under message loss, duplication, reordering, partitions, crash
 unsynced writes, power cuts and clock jumps. Every Raft, metadata and coordinator invariant
 is checked after each step, the cluster must settle once healed, and the key-value and
 offset commit/fetch histories must be linearizable. Deliberately broken variants
-(subclasses using the simulation's hooks) show that the checks do fail."""
+(subclasses using the simulation's hooks) show that the checks do fail; a directed run
+cuts the group coordinator off and checks it answers no stale OffsetFetch."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ from eddy.cluster.metadata.commands import CreateTopic, FenceBroker, RegisterBro
 from eddy.cluster.raft.core import RaftNode
 from eddy.cluster.raft.messages import Heartbeat
 from eddy.cluster.raft.ready import ReadState, Ready
+from eddy.cluster.raft.sim_kv import HistOp, KvOp
 from eddy.cluster.raft.sim_lockstep import LockstepCluster
 from eddy.cluster.raft.types import Entry
 from eddy.cluster.sim_cluster import ClusterConfig, ClusterResult, ClusterSim
 from eddy.cluster.sim_cluster_check import MetaChecker, SafetyViolation
 from eddy.cluster.sim_cluster_node import (
     CLIENT_BASE,
+    CommitRequest,
     FetchRequest,
     MetaNode,
     OffsetsReply,
@@ -29,7 +32,13 @@ from eddy.cluster.sim_cluster_node import (
     Rpc,
     node_key,
 )
-from eddy.cluster.sim_cluster_offsets import OffsetsGroup, Replica, rebuilt_offsets
+from eddy.cluster.sim_cluster_offsets import (
+    NOT_COORDINATOR,
+    OffsetsGroup,
+    Replica,
+    rebuilt_offsets,
+)
+from eddy.cluster.sim_cluster_offsets_clients import OFFSETS_CLIENT_BASE, TOPIC, register
 from eddy.cluster.sim_cluster_service import Responder
 
 #: shorter runs than the bench's (a failure's replay command names these settings)
@@ -209,6 +218,112 @@ def test_offset_fetches_from_followers_are_caught_by_the_linearizability_check()
     sim = _broken(_FetchAnywhere)
     failures = [r.failure for r in (sim(s, _config(3)).run() for s in range(10)) if r.failure]
     assert failures and all("offsets linearizability" in f for f in failures), failures
+
+
+class _IsolatedCoordinator(ClusterSim):
+    """A directed run (no random faults, no loss): offset 1 is committed through the group
+    coordinator, its node is then cut off from the other nodes both ways (clients still
+    reach it), offset 2 is committed through the coordinator the others elect, and once
+    that is acknowledged a fetch goes to the old one. At the cut the old node's clock
+    steps back ``STALL_MS`` (its Raft core counts that as no time passing): its
+    check-quorum runs that much later, so it still leads and serves when the fetch
+    reaches it, whichever election timeouts the others draw (without the stall that is
+    so in about 1 seed of 6; with 500 ms in 59 of 60). The ops go to the offsets history
+    the run checks."""
+
+    CLIENT = OFFSETS_CLIENT_BASE + 99
+    KEY = register("g0", 0)
+    STALL_MS = 1_500
+
+    def __init__(self, seed: int, barrier: bool) -> None:
+        super().__init__(seed, ClusterConfig(
+            nodes=3, duration_ms=3_000, settle_ms=2_500, faults=False, drop=0.0,
+            duplicate=0.0, kv_clients=0, offsets_clients=0, offsets_fetch_barrier=barrier))
+        self._handlers["script"] = self._script
+        self.old = 0  # the coordinator cut off
+        self.committed = 0  # the last offset whose commit was acknowledged
+        self.old_serving_at_fetch: bool | None = None  # when the fetch reached it
+        self.fetched: OffsetsReply | None = None
+        self._phase = "first"
+        self._op: HistOp | None = None
+        self.schedule(1_500, "script", None)
+
+    def _send(self, dst: int, offset: int | None) -> None:
+        n = len(self.oworkload.history) + 1
+        if offset is None:
+            op = KvOp(self.CLIENT, n, "get", self.KEY)
+            body: CommitRequest | FetchRequest = FetchRequest("g0", TOPIC, 0)
+        else:
+            op = KvOp(self.CLIENT, n, "put", self.KEY, str(offset))
+            body = CommitRequest("g0", TOPIC, 0, offset)
+        self._op = HistOp(op, call=self.events)
+        self.send_rpc(Rpc(self.CLIENT, dst, n, body))
+
+    def _script(self, _: object) -> None:
+        """Polled every 5 ms until a serving coordinator (another than the old one after
+        the partition) is there to send the next commit to."""
+        if self._phase == "fetch" and self._op is None:
+            self._send(self.old, None)
+        if self._op is None and self._phase in ("first", "second"):
+            serving = [i for i, rep in self.offsets.live.items()
+                       if rep.serving and i != self.old]
+            if serving:
+                self._send(serving[0], self.committed + 1)
+        if self._phase != "done":
+            self.schedule(5, "script", None)
+
+    def _on_rpc(self, msg: Rpc) -> None:
+        if msg.dst == self.old and msg.src == self.CLIENT:
+            self.old_serving_at_fetch = self.offsets.live[self.old].serving
+        if msg.dst != self.CLIENT:
+            super()._on_rpc(msg)
+            return
+        h, body = self._op, msg.body
+        assert h is not None and isinstance(body, OffsetsReply)
+        self._op = None
+        if h.op.kind == "get":
+            if not body.error:
+                h.ret, h.result = self.events, str(body.offset) if body.offset >= 0 else None
+                self.oworkload.history.append(h)
+            self.fetched, self._phase = body, "done"
+            self.blocked.clear()
+            return
+        if body.error:  # not the coordinator (any more): the script sends it again
+            assert not msg.proposed  # no loss here: no outcome is left unknown
+            return
+        h.ret, h.result = self.events, True
+        self.oworkload.history.append(h)
+        self.committed = int(h.op.value)
+        if self._phase == "first":  # cut the coordinator off
+            self.old, self._phase = msg.src, "second"
+            others = [i for i in self.nodes if i != self.old]
+            self.blocked |= {(self.old, i) for i in others} | {(i, self.old) for i in others}
+            self.nodes[self.old].clock_offset -= self.STALL_MS
+            self.note(f"script: coordinator {self.old} cut off from {others}")
+        else:  # acknowledged: the fetch goes in a later event (after, in real time)
+            self._phase = "fetch"
+            self.schedule(1, "script", None)
+
+
+def test_a_coordinator_cut_off_from_the_quorum_answers_no_stale_offset() -> None:
+    """The old coordinator still serves when the fetch reaches it: with the read barrier
+    it answers NOT_COORDINATOR (its barrier reaches no quorum; check-quorum then steps it
+    down), without it the offset the new coordinator replaced, which the linearizability
+    check catches."""
+    seeds = range(8)
+    runs = [(_IsolatedCoordinator(s, barrier=True), _IsolatedCoordinator(s, barrier=False))
+            for s in seeds]
+    for fixed, broken in runs:
+        r, b = fixed.run(), broken.run()
+        assert r.failure is None, r.report()
+        for sim in (fixed, broken):
+            assert sim.committed == 2 and sim.old_serving_at_fetch, sim.seed
+        assert fixed.fetched is not None and fixed.fetched.error == NOT_COORDINATOR
+        assert broken.fetched is not None
+        assert (broken.fetched.error, broken.fetched.offset) == (0, 1)
+        assert b.failure is not None and b.failure.startswith(
+            "offsets linearizability"), b.report()
+        assert "--no-fetch-barrier" in b.replay
 
 
 def test_diverging_replicas_are_caught() -> None:

@@ -49,6 +49,10 @@ class ClusterConfig:
     #: the offsets driver's write timeout (seed 004: 30 s): a read barrier not confirmed
     #: within it is asked for again (``caught_up_as_leader``)
     offsets_write_timeout_ms: int = 30_000
+    #: OffsetFetch answered only after a read barrier confirms the coordinator still leads
+    #: (the broker's handler in a cluster); False: from memory at once (the model before
+    #: that change: a coordinator cut off from the quorum answers stale offsets)
+    offsets_fetch_barrier: bool = True
     fence_grace_ms: int = 5_000
     controller: ControllerConfig = field(default_factory=_controller_config)
     raft: RaftConfig = field(default_factory=RaftConfig)
@@ -76,6 +80,8 @@ def replay_command(nodes: int, seed: int, config: ClusterConfig | None = None) -
             extra += f" --crash-all-at {','.join(map(str, config.crash_all_at_ms))}"
         if not config.offsets:
             extra += " --no-offsets"
+        if not config.offsets_fetch_barrier:
+            extra += " --no-fetch-barrier"
     return f"python -m bench.sim --nodes {nodes} --seed {seed}{extra} --trace"
 
 

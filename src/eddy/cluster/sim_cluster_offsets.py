@@ -11,9 +11,10 @@ every coordinator ``Write`` is proposed as one entry and ``write_completed`` goe
 node's current coordinator once the entry is applied (``ProposalDropped``, an entry
 replaced by another leader's or covered by a snapshot: NOT_LEADER_OR_FOLLOWER, which the
 coordinator answers as NOT_COORDINATOR); losing leadership stops serving (NOT_COORDINATOR
-with the known leader as the hint). OffsetFetch is served from the coordinator's memory
-without a read barrier, as the broker's handler does. The group's Raft messages cross the
-simulated network as objects (the metadata group's, the same types, cross the codec).
+with the known leader as the hint). OffsetFetch is answered from the coordinator's memory
+only after a read barrier confirms the node still leads (``sim_cluster_offsets_fetch``, as
+the broker's handler does in a cluster). The group's Raft messages cross the simulated
+network as objects (the metadata group's, the same types, cross the codec).
 
 Checked here: the group's Raft invariants (its own ``SafetyChecker``), nodes at one applied
 index hold one state, no entry a coordinator wrote is refused by the machine, a serving
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
+from eddy.cluster import sim_cluster_offsets_fetch as fetch_barrier
 from eddy.cluster.multiraft import group_id
 from eddy.cluster.offsets import OFFSETS_GROUP, OffsetsMachine, encode_entry
 from eddy.cluster.raft.core import RaftNode
@@ -100,6 +102,9 @@ class Replica:
     request_writes: dict[int, int] = field(default_factory=dict)  # request id -> write id
     proposed: set[int] = field(default_factory=set)  # write ids that went into the log
     ready_reads: list[tuple[int, bytes]] = field(default_factory=list)
+    #: OffsetFetch requests waiting for their read barrier, by read ctx (in arrival order)
+    fetches: dict[bytes, fetch_barrier.PendingFetch] = field(default_factory=dict)
+    fetch_seq: int = 0
     deferred: list[Callable[[], None]] = field(default_factory=list)
 
 
@@ -151,6 +156,8 @@ class OffsetsGroup:
                 now - rep.barrier_at >= self.sim.ccfg.offsets_write_timeout_ms:
             rep.barrier_ctx = None  # caught_up_as_leader: WriteTimeout, ask again
             self._try_barrier(rep)
+        if rep.fetches:
+            fetch_barrier.expire(self, rep, now, self.sim.ccfg.offsets_write_timeout_ms)
         self.process(i)
 
     # -- the network -----------------------------------------------------------------------
@@ -230,6 +237,7 @@ class OffsetsGroup:
         rep.serving = rep.activating = False
         rep.barrier_ctx = None
         rep.ready_reads.clear()
+        fetch_barrier.fail_all(self, rep)  # the driver: reads need the same leader (NotLeader)
 
     def _apply(self, rep: Replica, rd: Ready) -> None:
         i = rep.node_id
@@ -256,7 +264,11 @@ class OffsetsGroup:
                 rep.deferred.append(partial(self._completed, rep, write_id, error))
         if rd.committed_entries:
             self._on_state(i, rep.applied, rep.machine)
-        rep.ready_reads.extend((rs.index, rs.ctx) for rs in rd.read_states)
+        for rs in rd.read_states:
+            if rs.ctx.startswith(fetch_barrier.FETCH_CTX):
+                fetch_barrier.on_read_state(rep, rs.index, rs.ctx)
+            else:
+                rep.ready_reads.append((rs.index, rs.ctx))
 
     def _on_state(self, node: int, index: int, machine: OffsetsMachine) -> None:
         digest = hashlib.blake2b(machine.snapshot(), digest_size=16).digest()
@@ -288,6 +300,9 @@ class OffsetsGroup:
             rep.barrier_ctx = None
             self._activate(rep)
         self._try_barrier(rep)
+        if rep.fetches:
+            fetch_barrier.serve_due(self, rep)  # after the writes' outcomes, as the driver
+            fetch_barrier.ask(self, rep)  # the ones the core refused before this Ready
 
     # -- the coordinator service -----------------------------------------------------------
     def _try_barrier(self, rep: Replica) -> None:
@@ -386,14 +401,22 @@ class OffsetsGroup:
         if not rep.serving or rep.coordinator is None:  # handlers.groups.moved
             self._reply(rep, rpc, OffsetsReply(NOT_COORDINATOR, hint=self._hint(rep)), False)
             return
-        coordinator = rep.coordinator
         if isinstance(body, FetchRequest):
-            r = coordinator.fetch_offsets(body.group, [(body.topic, body.partition)])
-            part = r.partitions[0]
-            code = int(r.error_code) or int(part.error_code)
-            self._reply(rep, rpc, OffsetsReply(code, part.committed_offset), False)
-            return
-        assert isinstance(body, CommitRequest)
+            if not self.sim.ccfg.offsets_fetch_barrier:  # the model before the barrier
+                fetch_barrier.answer(self, rep, rpc, body)
+                return
+            fetch_barrier.start(self, rep, rpc, body)
+        else:
+            assert isinstance(body, CommitRequest)
+            self._commit(rep, rep.coordinator, rpc, body)
+        self.process(i)
+        actions, rep.deferred = rep.deferred, []
+        for action in actions:
+            action()
+
+    def _commit(self, rep: Replica, coordinator: GroupCoordinator, rpc: Rpc,
+                body: CommitRequest) -> None:
+        i = rep.node_id
         step = coordinator.commit_offsets(
             self.sim.node_now(i), group_id=body.group,
             offsets=[OffsetCommitEntry(body.topic, body.partition, body.offset)])
@@ -402,10 +425,6 @@ class OffsetsGroup:
         if step.writes:
             rep.request_writes[step.request_id] = step.writes[0].write_id
         self._apply_step(rep, step)
-        self.process(i)
-        actions, rep.deferred = rep.deferred, []
-        for action in actions:
-            action()
 
     # -- checks ----------------------------------------------------------------------------
     def _check_serving(self, rep: Replica) -> None:
