@@ -7,6 +7,7 @@ and finishes what a crash interrupted."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import struct
@@ -27,7 +28,12 @@ from eddy.log.partition import PartitionLog
 from eddy.protocol.errors import ErrorCode, KafkaError
 from eddy.protocol.record_batch import TRANSACTIONAL_BIT
 from eddy.protocol.records import build_batch, decode_batch_records
-from eddy.txn.coordinator import Markers, TransactionCoordinator, TxnMetadata
+from eddy.txn.coordinator import (
+    Markers,
+    TransactionCoordinator,
+    TxnMetadata,
+    completed_state,
+)
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
@@ -209,13 +215,25 @@ class TransactionService:
             raise KafkaError(failed[0][1], f"markers not written to {len(failed)} partitions, "
                                            f"first {failed[0][0]}: {failed[0][1].name}")
         pending = self._pending_offsets.get(markers.producer_id, [])
+        now = self.now()
         if self.raft is not None:
-            await self.raft.settle_offsets(markers.producer_id, pending, markers.commit)
+            # one entry settles the held offsets and completes the transaction; with none
+            # held the completion is not written on its own: it goes with the id's next
+            # change, and a coordinator that finds the transaction still prepared meanwhile
+            # writes its markers again (no later transaction of the id can have begun)
+            if pending:
+                meta = self.coordinator.txns[markers.transactional_id]
+                finished = dataclasses.replace(meta, state=completed_state(meta.state),
+                                               partitions=set(), last_update_ms=now)
+                await self.raft.settle_offsets(markers.producer_id, pending, markers.commit,
+                                               finished)
+            self.coordinator.complete(markers.transactional_id, now)
+        else:
+            await self._persist(self.coordinator.complete(markers.transactional_id, now))
         self._pending_offsets.pop(markers.producer_id, None)
         if markers.commit:
             for key, value in pending:
                 self._broker.groups.coordinator.replay(key, value)
-        await self._persist(self.coordinator.complete(markers.transactional_id, self.now()))
         del self._marked[(markers.producer_id, markers.producer_epoch)]
 
     def _leader_of(self, topic: str, index: int) -> int:

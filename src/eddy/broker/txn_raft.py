@@ -57,14 +57,15 @@ class TxnRaftLog:
         """Transactional offset commits, kept until their transaction ends."""
         await self._propose([(pending_key(producer_id, k), v) for k, v in records])
 
-    async def settle_offsets(self, producer_id: int, records: list[Record], commit: bool
-                             ) -> None:
-        """The held commits of ``producer_id`` dropped, and written if ``commit``."""
+    async def settle_offsets(self, producer_id: int, records: list[Record], commit: bool,
+                             done: TxnMetadata) -> None:
+        """The held commits of ``producer_id`` dropped, and written if ``commit``, with
+        the transaction's completed metadata ``done``: one entry."""
         out: list[Record] = [(pending_key(producer_id, k), None) for k, _ in records]
         if commit:
             out += records
-        if out:
-            await self._propose(out)
+        out.append((txn_key(done.transactional_id), json.dumps(done.to_json()).encode()))
+        await self._propose(out)
 
 
 def split(records: Sequence[tuple[bytes, bytes | None]]

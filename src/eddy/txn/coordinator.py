@@ -52,6 +52,11 @@ class TxnMetadata:
                    int(d["start_ms"]), int(d["last_update_ms"]))
 
 
+def completed_state(prepared: str) -> str:
+    """The state a prepared transaction ends in once its markers are written."""
+    return COMPLETE_COMMIT if prepared == PREPARE_COMMIT else COMPLETE_ABORT
+
+
 @dataclass(frozen=True)
 class Markers:
     """Write these markers, then call complete()."""
@@ -150,7 +155,7 @@ class TransactionCoordinator:
 
     def complete(self, txn_id: str, now: int) -> TxnMetadata:
         meta = self.txns[txn_id]
-        meta.state = COMPLETE_COMMIT if meta.state == PREPARE_COMMIT else COMPLETE_ABORT
+        meta.state = completed_state(meta.state)
         meta.partitions = set()
         meta.last_update_ms = now
         return meta
