@@ -32,7 +32,8 @@ from eddy.mesh.quic import MeshError, MeshTimeout, PeerUnavailable
 from eddy.mesh.service import MeshService
 
 log = logging.getLogger("eddy")
-#: how long a cluster of one waits for its own registration before it says it is ready
+#: how long a cluster of one waits for its registration and its own topics' import before
+#: it says it is ready
 ALONE_READY_S = 10.0
 
 
@@ -136,17 +137,6 @@ async def _start_cluster(cluster: ClusterService, broker: Broker | None,
         return
     await cluster.start(f"{broker.host}:{broker.port}", hosted=sync.hosted,
                         on_delete=sync.delete_ids)
-    if set(cluster.voters) == {broker.node_id}:
-        # a cluster of one needs nobody else: it is registered and leads its partitions
-        # before the ready line, so a client's first produce is not NOT_LEADER_OR_FOLLOWER
-        try:
-            async with asyncio.timeout(ALONE_READY_S):
-                await cluster.registered.wait()
-        except TimeoutError:
-            log.warning("not registered with the controller within %.0f s", ALONE_READY_S)
-        sync.sync()
-    # topics held before joining the cluster become the cluster's (never deleted)
-    cluster.spawn(sync.import_local(cluster), "import-local-topics")
     if cluster.offsets is not None:  # a voter: it may lead the offsets group
         # the transaction coordinator keeps its state there too, and serves with the groups
         broker.transactions.raft = TxnRaftLog(cluster.offsets)
@@ -159,8 +149,17 @@ async def _start_cluster(cluster: ClusterService, broker: Broker | None,
             broker.transactions.absorb(records)  # ...and its transactions
 
         cluster.on_offsets_imported = imported
-
-
+    # topics held before joining the cluster become the cluster's (never deleted)
+    importing = cluster.spawn(sync.import_local(cluster), "import-local-topics")
+    if set(cluster.voters) == {broker.node_id}:
+        # a cluster of one needs nobody else: it is registered, has its own topics
+        # imported and leads its partitions before the ready line (a client's first
+        # request finds them); past the wait the import goes on in the background
+        _, waiting = await asyncio.wait({importing}, timeout=ALONE_READY_S)
+        if waiting:
+            log.warning("not registered and imported within %.0f s: going on",
+                        ALONE_READY_S)
+        sync.sync()
 
 
 async def stop_node(node: Node) -> None:

@@ -146,11 +146,12 @@ class ClusterService:
             self.agent.registered = self.registered
             self.agent.start()
 
-    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """A task of this node's cluster work, cancelled by ``stop``."""
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def stop(self) -> None:
         for task in list(self._tasks):
