@@ -220,6 +220,63 @@ def producer_ids(node: EddyProcess, count: int) -> list[int]:
     return [int(a.producer_id) for a in answers]
 
 
+
+def write_solo_data_dir(data: Path, txn_id: str, offsets_group: str | None = None
+                        ) -> dict[str, str]:
+    """A data dir as a node of its own (the previous release) leaves it: topic "legacy" (2
+    partitions, 20 records "old:i"), group "old-group" committed at {0: 3, 1: 4}, and a
+    transaction of ``txn_id`` left open (record "open:0" in partition 0, and an offset of
+    ``offsets_group`` in it) because the node is killed. Returns the topic ids."""
+    solo = EddyProcess(data, ["--node-id", "1"]).start()
+    try:
+        create(solo, "legacy", 2, 1)
+        assert produce(solo, "legacy", 20, "old") == 20
+        ids = topic_ids(solo, ["legacy"])
+        commit(solo, "old-group", "legacy", {0: 3, 1: 4})
+        p = Producer({"bootstrap.servers": solo.bootstrap, "transactional.id": txn_id})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce("legacy", value=b"open:0", partition=0)
+        p.flush(30)
+        if offsets_group is not None:
+            meta = Consumer({"bootstrap.servers": solo.bootstrap, "group.id": offsets_group})
+            p.send_offsets_to_transaction([TopicPartition("legacy", 1, 9)],
+                                          meta.consumer_group_metadata(), 30)
+        solo.kill()
+    finally:
+        _ADMINS.clear()
+        if solo.alive():
+            solo.stop()
+    return ids
+
+
+def commit_one(node: EddyProcess, txn_id: str, value: bytes) -> None:
+    """A new producer of ``txn_id`` (fencing any before it) commits ``value`` to
+    legacy-0."""
+    p = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": txn_id})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce("legacy", value=value, partition=0)
+    p.commit_transaction(30)
+
+
+def read_committed_until(node: EddyProcess, topic: str, until: bytes) -> list[bytes]:
+    """Partition 0 of ``topic`` as a read_committed consumer sees it, until ``until`` (or
+    30 s)."""
+    c = Consumer({"bootstrap.servers": node.bootstrap, "group.id": f"rc-{time.time()}",
+                  "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    c.assign([TopicPartition(topic, 0, 0)])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while until not in seen and time.monotonic() < deadline:
+            m: Any = c.poll(0.5)
+            if m is not None and m.error() is None:
+                seen.append(m.value())
+    finally:
+        c.close()
+    return seen
+
 def check_quorum_and_cli(cluster: dict[int, EddyProcess]) -> None:
     """DescribeQuorum through any node, `eddy cluster status` with its Raft section, and
     `eddy cluster transfer-leader` moving the controller."""
@@ -385,26 +442,7 @@ def test_a_single_nodes_data_dir_joins_a_cluster_with_its_topics(tmp_path: Path)
     become the cluster's (same ids, on node 1), their records are served through any node,
     nothing of it is deleted, and its groups' committed offsets move into the offsets
     group."""
-    solo = EddyProcess(tmp_path / "n1", ["--node-id", "1"]).start()
-    try:
-        create(solo, "legacy", 2, 1)
-        assert produce(solo, "legacy", 20, "old") == 20
-        ids = topic_ids(solo, ["legacy"])
-        commit(solo, "old-group", "legacy", {0: 3, 1: 4})
-        # a transaction left open (its producer and the node die): it comes along
-        p = Producer({"bootstrap.servers": solo.bootstrap, "transactional.id": "legacy-txn"})
-        p.init_transactions(30)
-        p.begin_transaction()
-        p.produce("legacy", value=b"open:0", partition=0)
-        p.flush(30)
-        meta = Consumer({"bootstrap.servers": solo.bootstrap, "group.id": "txn-group"})
-        p.send_offsets_to_transaction([TopicPartition("legacy", 1, 9)],
-                                      meta.consumer_group_metadata(), 30)
-        solo.kill()
-    finally:
-        _ADMINS.clear()
-        if solo.alive():
-            solo.stop()
+    ids = write_solo_data_dir(tmp_path / "n1", "legacy-txn", offsets_group="txn-group")
     cluster = nodes(tmp_path)
     try:
         for n in cluster.values():
@@ -425,22 +463,8 @@ def test_a_single_nodes_data_dir_joins_a_cluster_with_its_topics(tmp_path: Path)
         # the open transaction is the cluster coordinator's: a new producer with its id
         # aborts it (markers to node 1, the partition's leader), so its record never shows
         # and read_committed consumers get past it
-        p2 = Producer({"bootstrap.servers": cluster[2].bootstrap,
-                       "transactional.id": "legacy-txn"})
-        p2.init_transactions(30)
-        p2.begin_transaction()
-        p2.produce("legacy", value=b"after:0", partition=0)
-        p2.commit_transaction(30)
-        c = Consumer({"bootstrap.servers": cluster[3].bootstrap, "group.id": "rc",
-                      "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
-        c.assign([TopicPartition("legacy", 0, 0)])
-        seen: list[bytes] = []
-        deadline = time.monotonic() + 30
-        while b"after:0" not in seen and time.monotonic() < deadline:
-            m: Any = c.poll(0.5)
-            if m is not None and m.error() is None:
-                seen.append(m.value())
-        c.close()
+        commit_one(cluster[2], "legacy-txn", b"after:0")
+        seen = read_committed_until(cluster[3], "legacy", b"after:0")
         assert b"after:0" in seen and b"open:0" not in seen
         assert committed(cluster[3], "txn-group", "legacy") == {}  # aborted with it
     finally:

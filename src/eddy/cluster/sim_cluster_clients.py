@@ -144,7 +144,10 @@ class BrokerAgent:
 
 
 @dataclass(eq=False)
-class _KvClient:
+class RegisterClient:
+    """A client of registers (key-value or offsets): one operation in flight at a time,
+    sent to the node it believes serves it."""
+
     id: int
     target: int
     next_op: int = 0
@@ -162,7 +165,7 @@ class Workload:
     acked_topics: dict[str, bytes] = field(default_factory=dict)
     _topics: list[tuple[str, int, int]] = field(default_factory=list)
     _admin_req: int = 0
-    _clients: list[_KvClient] = field(default_factory=list)
+    _clients: list[RegisterClient] = field(default_factory=list)
 
     def start(self) -> None:
         sim, cfg, r = self.sim, self.sim.ccfg, self.sim.rng
@@ -170,7 +173,7 @@ class Workload:
         self._topics = [(KV_TOPIC, 1, r.randrange(1, n + 1))]
         self._topics += [(f"t{k}", r.randrange(1, 4), r.randrange(1, n + 1))
                          for k in range(cfg.topics)]
-        self._clients = [_KvClient(CLIENT_BASE + c, r.randrange(1, n + 1))
+        self._clients = [RegisterClient(CLIENT_BASE + c, r.randrange(1, n + 1))
                          for c in range(1, cfg.kv_clients + 1)]
         sim.schedule(r.randrange(100, 400), "admin_next", None)
         for c in self._clients:

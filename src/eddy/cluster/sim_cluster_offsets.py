@@ -41,7 +41,7 @@ from eddy.cluster.raft.core import RaftNode
 from eddy.cluster.raft.memstore import MemoryLogStore
 from eddy.cluster.raft.messages import InstallSnapshot, RaftMessage, RaftMessageError
 from eddy.cluster.raft.ready import ProposalDropped, Ready, Role
-from eddy.cluster.raft.sim import Disk
+from eddy.cluster.raft.sim import Disk, persist_ready
 from eddy.cluster.raft.sim_check import SafetyChecker, SafetyViolation
 from eddy.cluster.raft.types import ENTRY_NORMAL, ConfState
 from eddy.cluster.sim_cluster_node import (
@@ -200,7 +200,7 @@ class OffsetsGroup:
             for m in rd.messages:
                 sim.send(m)
             disk = self.disks[i]
-            _persist(disk, rd)
+            persist_ready(disk, rd)
             if rd.must_sync() and sim._power_cut:
                 sim._power_cut = False
                 sim.note(f"power cut while node {i} writes (offsets)")
@@ -470,19 +470,3 @@ class OffsetsGroup:
 
     def state_bytes(self) -> list[bytes]:
         return [self.live[i].machine.snapshot() for i in sorted(self.live)]
-
-
-def _persist(disk: Disk, rd: Ready) -> None:
-    """In log order, as ``Sim._persist``."""
-    if rd.snapshot is not None:
-        snap = rd.snapshot
-        disk.write(lambda s: s.install_snapshot(snap))
-    if rd.entries:
-        ents = rd.entries
-        disk.write(lambda s: s.append(ents))
-    if rd.hard_state is not None:
-        hs = rd.hard_state
-        disk.write(lambda s: s.set_hard_state(hs))
-    if rd.conf_state is not None:
-        cs = rd.conf_state
-        disk.write(lambda s: s.set_conf_state(cs))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from eddy.cluster.raft.sim_kv import HistOp, KvOp
+from eddy.cluster.sim_cluster_clients import RegisterClient
 from eddy.cluster.sim_cluster_node import (
     CLIENT_BASE,
     CommitRequest,
@@ -41,15 +42,6 @@ def register(group: str, partition: int) -> str:
 
 
 @dataclass(eq=False)
-class _Client:
-    id: int
-    target: int
-    next_op: int = 0
-    current: HistOp | None = None
-    req_id: int = 0
-
-
-@dataclass(eq=False)
 class OffsetsWorkload:
     sim: ClusterSim
     history: list[HistOp] = field(default_factory=list)
@@ -57,16 +49,16 @@ class OffsetsWorkload:
     commits_ok: int = 0
     fetched: int = 0  # fetches that found an offset
     not_coordinator: int = 0
-    _clients: list[_Client] = field(default_factory=list)
+    _clients: list[RegisterClient] = field(default_factory=list)
 
     def start(self) -> None:
         sim, cfg, r = self.sim, self.sim.ccfg, self.sim.rng
-        self._clients = [_Client(OFFSETS_CLIENT_BASE + c, r.randrange(1, cfg.nodes + 1))
+        self._clients = [RegisterClient(OFFSETS_CLIENT_BASE + c, r.randrange(1, cfg.nodes + 1))
                          for c in range(1, cfg.offsets_clients + 1)]
         for c in self._clients:
             sim.schedule(r.randrange(200, 600), "oc_next", c.id)
 
-    def _client(self, cid: int) -> _Client:
+    def _client(self, cid: int) -> RegisterClient:
         return self._clients[cid - OFFSETS_CLIENT_BASE - 1]
 
     def _stop_ms(self) -> int:

@@ -233,20 +233,7 @@ class Sim:
             self._maybe_compact(node, rd.request_snapshot)
 
     def _persist(self, node: SimNode, rd: Ready) -> None:
-        """In log order, as a WAL would: a torn tail loses a suffix of these writes."""
-        disk = node.disk
-        if rd.snapshot is not None:
-            snap = rd.snapshot
-            disk.write(lambda s: s.install_snapshot(snap))
-        if rd.entries:
-            ents = rd.entries
-            disk.write(lambda s: s.append(ents))
-        if rd.hard_state is not None:
-            hs = rd.hard_state
-            disk.write(lambda s: s.set_hard_state(hs))
-        if rd.conf_state is not None:
-            cs = rd.conf_state
-            disk.write(lambda s: s.set_conf_state(cs))
+        persist_ready(node.disk, rd)
 
     def _apply(self, node: SimNode, rd: Ready) -> None:
         if rd.snapshot is not None:
@@ -431,3 +418,19 @@ class Sim:
             return "state-machine safety: replicas hold different data at the same index"
         errors = check_history(self.clients.history)
         return "linearizability: " + "\n".join(errors) if errors else None
+
+
+def persist_ready(disk: Disk, rd: Ready) -> None:
+    """``rd``'s writes in log order, as a WAL would: a torn tail loses a suffix of them."""
+    if rd.snapshot is not None:
+        snap = rd.snapshot
+        disk.write(lambda s: s.install_snapshot(snap))
+    if rd.entries:
+        ents = rd.entries
+        disk.write(lambda s: s.append(ents))
+    if rd.hard_state is not None:
+        hs = rd.hard_state
+        disk.write(lambda s: s.set_hard_state(hs))
+    if rd.conf_state is not None:
+        cs = rd.conf_state
+        disk.write(lambda s: s.set_conf_state(cs))
