@@ -274,9 +274,9 @@ def test_slow_fsync_logs_a_warning_and_a_lone_voter_elects_itself(
             assert isinstance(d.store, RaftStorage)
             real_sync = d.store.sync
 
-            def slow_sync() -> None:
+            def slow_sync(with_commit: bool = False) -> None:
                 time.sleep(0.25)
-                real_sync()
+                real_sync(with_commit)
 
             d.store.sync = slow_sync  # type: ignore[method-assign]
             with caplog.at_level(logging.WARNING, logger="eddy.cluster.raft.driver"):

@@ -213,9 +213,15 @@ class RaftStorage:
         self._check()
         self._conf = cs
 
-    def sync(self) -> None:
+    def sync(self, with_commit: bool = False) -> None:
         """Make everything written so far durable: log buffer written and fsynced (and the
-        directory after a new segment), then the hard state and membership if changed."""
+        directory after a new segment), then the hard state and membership if changed.
+
+        The commit index alone is not worth a state file write (three more syncs, the
+        biggest part of a small write's cost): Raft needs only term, vote and membership
+        durable, and a commit index found behind after a restart is learnt again from the
+        leader (or by a lone voter's first entry of its new term). It is written with
+        them, and on ``close`` (``with_commit``)."""
         self._check()
         last = self.last_index()
         if self._hard.commit > last:
@@ -230,7 +236,10 @@ class RaftStorage:
                 fsync_dir(self.directory)
                 self._dir_dirty = False
             state = PersistedState(hard=self._hard, conf=self._conf)
-            if state != self._synced_state:
+            synced = self._synced_state
+            if state != synced and (with_commit or synced is None or synced.conf != state.conf
+                                    or (synced.hard.term, synced.hard.vote)
+                                    != (state.hard.term, state.hard.vote)):
                 write_state(self.directory, state)
                 self._synced_state = state
         except OSError as exc:
@@ -291,7 +300,7 @@ class RaftStorage:
             return
         try:
             if self._failed is None:
-                self.sync()
+                self.sync(with_commit=True)
         finally:
             self._closed = True
             for seg in self._segments:
