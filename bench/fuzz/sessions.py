@@ -17,6 +17,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from bench.fuzz.sessions_security import kafka_python_security, librdkafka_security
+
 TOPIC_PARTITIONS = 2
 
 
@@ -84,6 +86,7 @@ def librdkafka_session(bootstrap: str) -> None:
     attempt("describe_cluster", lambda: admin.describe_cluster().result(15))
     attempt("list_topics", lambda: admin.list_topics(timeout=10))
     attempt("describe_topics", lambda: wait(admin.describe_topics(TopicCollection([topic]))))
+    librdkafka_security(attempt, admin, wait, _name("rdk-user"))
 
     codecs = ["none", "gzip", "snappy", "lz4", "zstd"]
     for acks in ("0", "1", "all"):
@@ -206,6 +209,7 @@ def kafka_python_session(bootstrap: str, api_version: tuple[int, ...] | None) ->
         attempt("describe_topics", lambda: admin.describe_topics([topic]))
         attempt("list_topics", admin.list_topics)
         attempt("describe_log_dirs", admin.describe_log_dirs)
+        kafka_python_security(attempt, admin, _name("kp-user"))
     for acks, codec in ((0, None), (1, "gzip"), ("all", "snappy"), (1, "lz4"), ("all", "zstd")):
         p = attempt(f"producer acks={acks} {codec}", lambda acks=acks, codec=codec:
                     KafkaProducer(**base, acks=acks, compression_type=codec, linger_ms=2))

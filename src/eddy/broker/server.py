@@ -12,6 +12,7 @@ from eddy.broker.broker import Broker
 from eddy.broker.connection import Connection
 from eddy.broker.connection_limits import ConnectionLimits, LogThrottle, resolve_overrides
 from eddy.broker.handlers import (
+    acls,
     admin,
     api_versions,
     configs,
@@ -25,6 +26,7 @@ from eddy.broker.handlers import (
     producer_id,
     quorum,
     transactions,
+    users,
 )
 from eddy.broker.memory_pool import MemoryPool
 from eddy.broker.sender import ResponseWriter
@@ -91,6 +93,11 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
     ApiKey.DELETE_GROUPS: groups.delete_groups,
     ApiKey.OFFSET_DELETE: groups.offset_delete,
+    ApiKey.DESCRIBE_ACLS: acls.describe_acls,
+    ApiKey.CREATE_ACLS: acls.create_acls,
+    ApiKey.DELETE_ACLS: acls.delete_acls,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: users.describe_user_scram_credentials,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: users.alter_user_scram_credentials,
 }
 
 class KafkaServer:

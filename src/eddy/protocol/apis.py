@@ -29,6 +29,9 @@ class ApiKey(IntEnum):
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
@@ -36,6 +39,8 @@ class ApiKey(IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_QUORUM = 55
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
@@ -88,6 +93,12 @@ SUPPORTED: dict[ApiKey, VersionRange] = {
     ApiKey.DESCRIBE_PRODUCERS: VersionRange(0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: VersionRange(0, 0),
     ApiKey.LIST_TRANSACTIONS: VersionRange(0, 1),
+    # v0 of the ACL APIs is gone from Kafka 4 (KIP-896) and from kio
+    ApiKey.DESCRIBE_ACLS: VersionRange(1, 3),
+    ApiKey.CREATE_ACLS: VersionRange(1, 3),
+    ApiKey.DELETE_ACLS: VersionRange(1, 3),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: VersionRange(0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: VersionRange(0, 0),
 }
 
 #: First flexible (compact, tagged-field) version of each API, from Apache Kafka's specs.
@@ -126,6 +137,11 @@ FIRST_FLEXIBLE: dict[ApiKey, int] = {
     ApiKey.DESCRIBE_PRODUCERS: 0,
     ApiKey.DESCRIBE_TRANSACTIONS: 0,
     ApiKey.LIST_TRANSACTIONS: 0,
+    ApiKey.DESCRIBE_ACLS: 2,
+    ApiKey.CREATE_ACLS: 2,
+    ApiKey.DELETE_ACLS: 2,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
 }
 
 
