@@ -185,11 +185,15 @@ class BrokerConfig(BaseModel):
         "recently used closed beyond it (0: half the open-files limit, RLIMIT_NOFILE)",
     )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
-    process_roles: str = Field(
-        "broker", alias="process.roles",
-        description="comma-separated roles: broker (holds partitions and groups), gateway "
-        "(holds nothing: clients bootstrap to it and it forwards every operation to the "
-        "owning node over the mesh; with broker too, local operations run in-process)",
+    process_roles: str | None = Field(
+        None, alias="process.roles",
+        description="comma-separated roles: broker (holds partitions and groups), controller "
+        "(a voter of the metadata quorum), gateway (holds nothing: clients bootstrap to it and "
+        "it forwards every operation to the owning node over the mesh; with broker too, "
+        "local operations run in-process). Unset: broker,controller (a cluster of one, or a "
+        "voter of controller.quorum.voters), except broker for a node named in no voter "
+        "list or one on a mesh without voters (mesh.listener, mesh.seeds, mDNS); "
+        "process.roles=broker alone with no voters is a node outside any cluster",
     )
     broker_rack: str | None = Field(None, alias="broker.rack", description="rack of this node")
     mesh_listener: str | None = Field(
@@ -279,7 +283,9 @@ class BrokerConfig(BaseModel):
 
     @field_validator("process_roles")
     @classmethod
-    def _roles(cls, v: str) -> str:
+    def _roles(cls, v: str | None) -> str | None:
+        if v is None:
+            return None  # decided with the voters and the mesh settings (_default_roles)
         roles = split_list(v)
         unknown = sorted(set(roles) - ROLES)
         if unknown or not roles:
@@ -295,6 +301,9 @@ class BrokerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _controller_role_matches_voters(self) -> BrokerConfig:
+        if self.process_roles is None:
+            # a validator may settle a frozen model's field before anyone reads it
+            object.__setattr__(self, "process_roles", self._default_roles())
         voters = self.quorum_voters
         if "controller" in self.roles and self.node_id not in voters:  # named, not it
             raise ValueError(f"process.roles has controller but node.id {self.node_id} is not "
@@ -347,9 +356,19 @@ class BrokerConfig(BaseModel):
         """max.connections.per.ip.overrides as host -> limit."""
         return parse_connection_overrides(self.max_connections_per_ip_overrides)
 
+    def _default_roles(self) -> str:
+        """process.roles when unset: every role a lone node needs (a cluster of one), a
+        voter's if this node is one, a broker's on a cluster or mesh that others run."""
+        named = parse_quorum_voters(self.controller_quorum_voters)
+        if named:
+            return "broker,controller" if self.node_id in named else "broker"
+        if self.mesh_listener or self.mesh_seeds or self.mesh_mdns_enable:
+            return "broker"  # a mesh of nodes of their own (a gateway routes between them)
+        return "broker,controller"
+
     @property
     def roles(self) -> frozenset[str]:
-        return frozenset(split_list(self.process_roles))
+        return frozenset(split_list(self.process_roles or self._default_roles()))
 
     @property
     def quorum_voters(self) -> dict[int, str]:

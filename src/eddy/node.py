@@ -54,6 +54,7 @@ class Node:
     mesh: MeshService | None
     gateway: Gateway | None
     cluster: ClusterService | None = None
+    sync: ReplicaSync | None = None
 
 
 async def start_node(config: BrokerConfig, clock: Clock) -> Node:
@@ -107,7 +108,7 @@ async def start_node(config: BrokerConfig, clock: Clock) -> Node:
         await _start_cluster(cluster, broker, sync)
     if broker is not None:
         broker.start_maintenance()
-    return Node(config, broker, server, mesh, gateway, cluster)
+    return Node(config, broker, server, mesh, gateway, cluster, sync)
 
 
 def _make_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
@@ -168,6 +169,8 @@ async def stop_node(node: Node) -> None:
         await node.broker.groups.store.stop()
     if node.broker is not None:
         await node.broker.transactions.stop()
+    if node.sync is not None:
+        node.sync.stop()
     if node.cluster is not None:
         await node.cluster.stop()
     if node.mesh is not None:

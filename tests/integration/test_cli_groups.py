@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 from conftest import EddyProcess
 from kafka_helpers import create_topic, produce
@@ -131,10 +131,11 @@ def test_active_group_describe_refuses_reset_and_delete(eddy: EddyProcess) -> No
             ["topic", "list"],
             ["topic", "list", "--all", "-o", "json"],
         ], bootstrap=b)
-        # committed offsets live in an internal topic: listed only with --all
+        # a default node is a cluster of one: committed offsets live in its offsets Raft
+        # group, not in a topic (a node outside any cluster: see the next test)
         assert ok(topics).split() == ["feed"]
         internal = {t["name"]: t["internal"] for t in json_out(all_topics)}
-        assert internal == {"feed": False, "__consumer_offsets": True}
+        assert internal == {"feed": False}
         d = json_out(desc_proc)
         assert d["state"] == "Stable" and len(d["members"]) == 1
         member = d["members"][0]
@@ -180,3 +181,21 @@ def test_assignment_consumers_leave_no_group_behind(eddy: EddyProcess) -> None:
     assert len(json_lines(eddy_cli("consume", "plain", "--from-beginning", "-e", "-o", "json",
                                    bootstrap=b))) == 2
     assert ok(eddy_cli("group", "list", bootstrap=b)).split() == []
+
+
+def test_internal_topics_are_listed_only_with_all(eddy_factory: Any) -> None:
+    """On a node outside any cluster, committed offsets live in __consumer_offsets, an
+    internal topic: `topic list` hides it, `--all` shows it flagged."""
+    b = eddy_factory("--set", "process.roles=broker").bootstrap
+    create_topic(b, "feed", partitions=1)
+    consumer = Consumer({"bootstrap.servers": b, "group.id": "g", "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition("feed", 0, 1)], asynchronous=False)
+    finally:
+        consumer.close()
+    topics, all_topics = eddy_cli_parallel([["topic", "list"],
+                                            ["topic", "list", "--all", "-o", "json"]],
+                                           bootstrap=b)
+    assert ok(topics).split() == ["feed"]
+    internal = {t["name"]: t["internal"] for t in json_out(all_topics)}
+    assert internal == {"feed": False, "__consumer_offsets": True}

@@ -1,4 +1,4 @@
-"""Dynamic broker configs on a node of its own, through confluent-kafka's AdminClient as
+"""Dynamic broker configs on a default node (a cluster of one), through confluent-kafka's AdminClient as
 `kafka-configs --entity-type brokers [--entity-default]` sends them: a cluster-wide default
 and a per-broker value change every topic's defaults at once (a record over the new
 message.max.bytes is refused), DescribeConfigs says where each value comes from, settings

@@ -1,4 +1,4 @@
-"""A cluster of one: `eddy serve --set process.roles=broker,controller` with no voter list
+"""A cluster of one: `eddy serve` with no flags (process.roles unset: broker,controller)
 runs the metadata service with this node its only voter. A data dir written by a node of
 its own (topics, committed offsets, an open transaction) starts under it with everything
 intact; topics, groups and transactions then work as on any cluster, and survive a
@@ -25,7 +25,7 @@ from test_metadata_cluster import (
     write_solo_data_dir,
 )
 
-ALONE = ["--set", "process.roles=broker,controller"]
+ALONE: list[str] = []  # the default
 
 
 def test_a_single_nodes_data_dir_becomes_a_cluster_of_one(tmp_path: Path) -> None:

@@ -227,7 +227,9 @@ def write_solo_data_dir(data: Path, txn_id: str, offsets_group: str | None = Non
     partitions, 20 records "old:i"), group "old-group" committed at {0: 3, 1: 4}, and a
     transaction of ``txn_id`` left open (record "open:0" in partition 0, and an offset of
     ``offsets_group`` in it) because the node is killed. Returns the topic ids."""
-    solo = EddyProcess(data, ["--node-id", "1"]).start()
+    # the previous release's default: no quorum, metadata in topic_metadata.json and
+    # groups in __consumer_offsets (process.roles=broker with no voters still runs so)
+    solo = EddyProcess(data, ["--node-id", "1", "--set", "process.roles=broker"]).start()
     try:
         create(solo, "legacy", 2, 1)
         assert produce(solo, "legacy", 20, "old") == 20

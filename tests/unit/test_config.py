@@ -67,7 +67,9 @@ def test_mesh_and_role_settings_are_checked_where_they_are_read() -> None:
                                          "mesh.allowed.nodes": "ab" * 32})
     assert cfg.roles == {"gateway", "broker"} and cfg.mesh_enabled
     assert cfg.mesh_seed_addresses == [("127.0.0.1", 9093), ("::1", 9094)]
-    assert not load_config(env={}).mesh_enabled  # a lone broker runs no mesh
+    lone = load_config(env={})  # a cluster of one: its quorum rides the mesh, on loopback
+    assert lone.mesh_enabled and lone.mesh_address == ("127.0.0.1", 0)
+    assert not load_config(env={}, overrides={"process.roles": "broker"}).mesh_enabled
     assert load_config(env={}, overrides={"mesh.listener": "127.0.0.1:0"}).mesh_enabled
     for bad, field in [({"process.roles": "broker,wizard"}, "process_roles"),
                        ({"process.roles": ""}, "process_roles"),
@@ -87,9 +89,18 @@ def test_quorum_voters_decide_the_mesh_address_the_seeds_and_the_controller_role
     assert cfg.mesh_seed_addresses == [("127.0.0.1", 9201), ("::1", 9203)]
     broker = load_config(env={}, overrides={"node_id": 7, "controller.quorum.voters": voters})
     assert broker.mesh_address == ("127.0.0.1", 0) and not broker.roles & {"controller"}
-    assert not load_config(env={}).clustered
+    # unset, process.roles is what the node's place asks for
+    assert load_config(env={}, overrides={"node_id": 2, "controller.quorum.voters": voters}
+                       ).roles == {"broker", "controller"}
+    assert load_config(env={}).roles == {"broker", "controller"}  # a cluster of one
+    assert load_config(env={}).quorum_voters == {1: "127.0.0.1:0"}
+    for mesh in ({"mesh.listener": "127.0.0.1:0"}, {"mesh.seeds": "127.0.0.1:9"},
+                 {"mesh.mdns.enable": True}):  # a mesh of nodes of their own
+        assert load_config(env={}, overrides=mesh).roles == {"broker"}
+    assert not load_config(env={}, overrides={"process.roles": "broker"}).clustered
     for bad, needle in [
-        ({"node_id": 2, "controller.quorum.voters": voters}, "add controller"),
+        ({"node_id": 2, "process.roles": "broker", "controller.quorum.voters": voters},
+         "add controller"),
         ({"node_id": 9, "process.roles": "broker,controller",
           "controller.quorum.voters": voters}, "not in controller.quorum.voters"),
         ({"controller.quorum.voters": "1@127.0.0.1:1,1@127.0.0.1:2"}, "named twice"),

@@ -15,7 +15,7 @@ from eddy.protocol.errors import ErrorCode
 
 def test_a_prepared_transaction_is_finished_by_the_first_maintenance_pass(
         tmp_path: Path) -> None:
-    cfg = load_config(env={}, overrides={"data_dir": str(tmp_path)})
+    cfg = load_config(env={}, overrides={"data_dir": str(tmp_path), "process.roles": "broker"})
     clock = ManualClock()
 
     async def crash_while_prepared() -> None:

@@ -58,6 +58,9 @@ def _chunks(records: list[tuple[bytes, bytes]]) -> list[list[tuple[bytes, bytes]
         size += len(record[0]) + len(record[1])
     return out
 IMPORT_WAIT_S = 30.0
+#: a topic this node could not host (out of file descriptors, a full disk) is tried again
+#: after this long, until it can
+SYNC_RETRY_S = 1.0
 
 
 class ReplicaSync:
@@ -66,6 +69,7 @@ class ReplicaSync:
         self.state = state
         self.passes = 0
         self._scheduled = False
+        self._retry: asyncio.TimerHandle | None = None
         self._made_path = os.path.join(broker.config.data_dir, MADE_FILE)
         self.made = self._load_made()  # topic ids (hex) this node created from the cluster
 
@@ -93,6 +97,15 @@ class ReplicaSync:
         self._scheduled = True
         asyncio.get_running_loop().call_soon(self._run)
 
+    def _retry_now(self) -> None:
+        self._retry = None
+        self.schedule()
+
+    def stop(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+
     def _run(self) -> None:
         self._scheduled = False
         try:
@@ -107,6 +120,7 @@ class ReplicaSync:
         now = broker.clock.now_ms()
         broker.dynamic_configs.apply()  # before topics are made: they resolve with them
         led: set[tuple[str, int]] = set()
+        failed = False
         for name in state.topic_names():
             record = state.topic(name)
             assert record is not None
@@ -139,7 +153,11 @@ class ReplicaSync:
                     if part.leader == me:
                         led.add((name, index))
             except KafkaError as exc:
-                log.error("cannot host %s as the cluster asks: %s", name, exc.message)
+                failed = True
+                log.error("cannot host %s as the cluster asks: %s (trying again in %.0f s)",
+                          name, exc.message, SYNC_RETRY_S)
+        if failed and self._retry is None:
+            self._retry = asyncio.get_running_loop().call_later(SYNC_RETRY_S, self._retry_now)
         broker.led = led
         if state.cluster_id:
             broker.cluster_id = state.cluster_id

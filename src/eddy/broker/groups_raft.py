@@ -37,6 +37,7 @@ class RaftGroupStore:
         self.driver = driver
         self.machine = machine
         self.serving = False
+        self._stale = False  # serving through a storage outage: rebuild when it ends
         self.activations = 0
         self._activating: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Future[None]] = set()
@@ -50,6 +51,13 @@ class RaftGroupStore:
         if soft.role == Role.LEADER:
             self._activate()
             return
+        if self.serving and self.driver.stopped_by_storage and self._lone():
+            # a lone voter whose disk failed (full): nobody else can lead, so what the
+            # coordinator holds stays the truth and reads go on; writes fail until the
+            # group is back, and the coordinator is rebuilt then (a write may have failed
+            # to tell its outcome)
+            self._stale = True
+            return
         if self.serving:
             log.info("no longer the group coordinator (offsets group led by %s)",
                      soft.leader or "unknown")
@@ -58,8 +66,12 @@ class RaftGroupStore:
             self._activating.cancel()
             self._activating = None
 
+    def _lone(self) -> bool:
+        node = self.driver.node
+        return node is not None and node.voters == frozenset((node.id,))
+
     def _activate(self) -> None:
-        if self.serving or self._activating is not None:
+        if (self.serving and not self._stale) or self._activating is not None:
             return
         self._activating = asyncio.get_running_loop().create_task(self._load(),
                                                                   name="groups-activate")
@@ -72,7 +84,7 @@ class RaftGroupStore:
             self.service.reload(records)
             if self.on_activate is not None:  # the transaction coordinator, alongside
                 self.on_activate(records)
-            self.serving = True
+            self.serving, self._stale = True, False
             self.activations += 1
             log.info("group coordinator serving from the offsets group (%d records)",
                      len(records))
@@ -86,8 +98,7 @@ class RaftGroupStore:
         (a newer commit may have gone through the new leader)."""
         if not self.serving:
             return False
-        node = self.driver.node
-        if node is not None and node.voters == frozenset((node.id,)):
+        if self._lone():
             return True  # a lone voter: no other node can have become the leader
         try:
             await self.driver.read_barrier()
@@ -98,6 +109,11 @@ class RaftGroupStore:
     def persist(self, write: Write) -> None:
         """Propose ``write``'s records; the coordinator is told the outcome later."""
         data = encode_entry([(r.key, r.value) for r in write.records])
+        if self._stale:
+            # the group is down (serving reads through it) or coming back: no write now, or
+            # one could commit past the rebuild that follows; ask for the storage again
+            self.driver.kick_recovery()
+            data = b""
         task = asyncio.ensure_future(self._propose(write.write_id, data))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -105,6 +121,8 @@ class RaftGroupStore:
     async def _propose(self, write_id: int, data: bytes) -> None:
         error = ErrorCode.none
         try:
+            if not data:
+                raise ProposalDropped("the offsets group is recovering its storage")
             await self.driver.propose(data)
         except WriteTimeout:
             error = ErrorCode.request_timed_out  # -> COORDINATOR_NOT_AVAILABLE

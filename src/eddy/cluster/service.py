@@ -109,6 +109,9 @@ class ClusterService:
     def offsets_leader(self) -> int:
         """The node that leads the offsets group, the groups' coordinator (-1: unknown)."""
         if self.offsets is not None:
+            if set(self.voters) == {self.node_id}:
+                return self.node_id  # a lone voter: nobody else can lead (even while its
+                # disk is failing and the group is down, its coordinator serves reads)
             return self.offsets.leader or -1
         return self.agent.offsets_leader if self.agent is not None else -1
 

@@ -44,6 +44,7 @@ from eddy.cluster.raft.bootstrap import Store, bootstrap, is_empty, stored_snaps
 from eddy.cluster.raft.core import RaftNode
 from eddy.cluster.raft.driver_ready import ReadyHandling
 from eddy.cluster.raft.driver_types import (
+    COMMIT_FLUSH_S,
     MAX_INBOX,
     MAX_PENDING_PROPOSALS,
     RECOVER_FIRST_S,
@@ -129,6 +130,9 @@ class RaftDriver(ReadyHandling):
         self._snap_index = 0
         self._failed: BaseException | None = None
         self._stopping = False
+        self._kick = asyncio.Event()  # try the failed storage again now
+        self._recover_wait = RECOVER_FIRST_S  # the last wait before reopening the storage
+        self._recovered_at = float("-inf")  # when it last came back (loop time)
         #: called with the new SoftState (leader, role) whenever it changes: where a
         #: controller or coordinator learns it should start or stop running here
         self.on_soft_state: Callable[[SoftState], None] | None = None
@@ -185,6 +189,17 @@ class RaftDriver(ReadyHandling):
     @property
     def is_leader(self) -> bool:
         return self.node is not None and self.node.role == Role.LEADER and self._failed is None
+
+    def kick_recovery(self) -> None:
+        """Someone needs the group: try its failed storage again now, not at the next
+        backoff step (space may be back)."""
+        if self._failed is not None:
+            self._kick.set()
+
+    @property
+    def stopped_by_storage(self) -> bool:
+        """Down because its disk failed (it reopens its storage until it works)."""
+        return isinstance(self._failed, RaftStorageError)
 
     @property
     def running(self) -> bool:
@@ -365,9 +380,18 @@ class RaftDriver(ReadyHandling):
         if not isinstance(store, RaftStorage):
             return False
         loop = asyncio.get_running_loop()
-        wait_s = RECOVER_FIRST_S
+        # a group that failed again soon after coming back (a disk still full) backs off
+        # further instead of starting over: a failing disk is not retried (and logged)
+        # twice a second for as long as it lasts
+        again = loop.time() - self._recovered_at < RECOVER_MAX_S
+        wait_s = min(self._recover_wait * 2, RECOVER_MAX_S) if again else RECOVER_FIRST_S
         while not self._stopping:
-            await asyncio.sleep(wait_s)
+            self._recover_wait = wait_s
+            self._kick.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_s):
+                    await self._kick.wait()
+                await asyncio.sleep(RECOVER_FIRST_S / 2)  # kicked: still not in a busy loop
             wait_s = min(wait_s * 2, RECOVER_MAX_S)
             try:
                 fresh = await loop.run_in_executor(self._executor, store.reopened)
@@ -388,6 +412,7 @@ class RaftDriver(ReadyHandling):
             node.log.committed = max(node.log.committed, applied)  # applied was committed
             self.node = node
             self._failed = None
+            self._recovered_at = loop.time()
             self.stats.recoveries += 1
             log.info("raft group %s on node %d: storage reopened, back at applied index %d",
                      self.group, self.node_id, applied)
@@ -396,6 +421,8 @@ class RaftDriver(ReadyHandling):
 
     async def _loop(self, node: RaftNode) -> None:
         tick_s = max(self.config.heartbeat_ms // 5, 1) / 1000
+        loop = asyncio.get_running_loop()
+        commit_flushed = loop.time()
         while not self._stopping:
             if not self._has_input() and not node.has_ready():
                 with contextlib.suppress(TimeoutError):
@@ -411,7 +438,18 @@ class RaftDriver(ReadyHandling):
                 self._reads_retry.clear()
                 self._confs.extend(self._confs_retry)
                 self._confs_retry.clear()
+            if loop.time() - commit_flushed >= COMMIT_FLUSH_S:
+                commit_flushed = loop.time()
+                await self._flush_commit()
             await asyncio.sleep(0)  # never hog the loop, even with work queued
+
+    async def _flush_commit(self) -> None:
+        """The commit index into the state file when it moved (syncs skip it alone): a
+        node restarted later replays its state machine up to here at once."""
+        store = self.store
+        if isinstance(store, RaftStorage) and store.commit_unsynced:
+            await asyncio.get_running_loop().run_in_executor(
+                self._executor, lambda: store.sync(with_commit=True))
 
     def _has_input(self) -> bool:
         return bool(self._inbox or self._proposals or self._reads or self._actions

@@ -12,6 +12,9 @@ from eddy.cluster.raft.ready import ProposalDropped
 MAX_INBOX = 8192
 MAX_PENDING_PROPOSALS = 65536
 #: after a storage failure, the first wait before reopening the files, and the longest
+#: how often the commit index alone is written to the state file (when it moved): the most
+#: of the state machine a restarted node replays only once a leader tells it the commit
+COMMIT_FLUSH_S = 0.2
 RECOVER_FIRST_S = 0.5
 RECOVER_MAX_S = 30.0
 

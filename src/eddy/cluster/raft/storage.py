@@ -217,11 +217,13 @@ class RaftStorage:
         """Make everything written so far durable: log buffer written and fsynced (and the
         directory after a new segment), then the hard state and membership if changed.
 
-        The commit index alone is not worth a state file write (three more syncs, the
-        biggest part of a small write's cost): Raft needs only term, vote and membership
-        durable, and a commit index found behind after a restart is learnt again from the
-        leader (or by a lone voter's first entry of its new term). It is written with
-        them, and on ``close`` (``with_commit``)."""
+        The commit index alone is not worth a state file write on every sync (three more
+        syncs, the biggest part of a small write's cost): Raft needs only term, vote and
+        membership durable, and a commit index found behind after a restart is learnt
+        again from the leader (or by a lone voter's first entry of its new term). It is
+        written with them, and when asked (``with_commit``: the driver's periodic
+        ``flush_commit``, and ``close``), so a restarted node replays its state machine
+        up to where it was but for the last moments."""
         self._check()
         last = self.last_index()
         if self._hard.commit > last:
@@ -244,6 +246,12 @@ class RaftStorage:
                 self._synced_state = state
         except OSError as exc:
             raise self._fail(exc) from exc
+
+    @property
+    def commit_unsynced(self) -> bool:
+        """The commit index moved since the state file was last written."""
+        synced = self._synced_state
+        return synced is None or synced.hard.commit != self._hard.commit
 
     def apply_snapshot(self, snapshot: Snapshot) -> None:
         """A snapshot from the leader: saved (durably) before anything it covers is dropped.
