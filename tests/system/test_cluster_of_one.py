@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from broker_configs_raw import describe_broker_default
+from confluent_kafka.admin import ConfigResource, ResourceType
 from conftest import EddyProcess
 from mesh_cluster import wait_for
 from test_metadata_cluster import (
     _ADMINS,
+    admin,
     commit,
     commit_one,
     committed,
@@ -26,6 +29,13 @@ from test_metadata_cluster import (
 )
 
 ALONE: list[str] = []  # the default
+DYNAMIC_DEFAULT, DYNAMIC_BROKER = 3, 2  # DescribeConfigs sources
+
+
+def broker_config(node: EddyProcess, broker: str, name: str) -> tuple[str, int]:
+    resource = ConfigResource(ResourceType.BROKER, broker)
+    entry = admin(node).describe_configs([resource])[resource].result(15)[name]
+    return entry.value, int(entry.source)
 
 
 def test_a_single_nodes_data_dir_becomes_a_cluster_of_one(tmp_path: Path) -> None:
@@ -37,6 +47,10 @@ def test_a_single_nodes_data_dir_becomes_a_cluster_of_one(tmp_path: Path) -> Non
         assert quorum.leader_id == 1 and [v.replica_id for v in quorum.current_voters] == [1]
         assert topic_ids(node, ["legacy"]) == ids
         assert describe(node, "legacy") == {0: (1, [1], [1]), 1: (1, [1], [1])}
+        # the node's own dynamic broker configs are the cluster's now
+        assert describe_broker_default(node.port)["log.retention.ms"] == (
+            "7200000", DYNAMIC_DEFAULT)
+        assert broker_config(node, "1", "log.segment.bytes") == ("2097152", DYNAMIC_BROKER)
         got = consume_all(node, "legacy", "g-read", 20, tag=b"old:")
         assert sorted(got) == sorted(f"old:{i}".encode() for i in range(20))
         wait_for(lambda: committed(node, "old-group", "legacy") == {0: 3, 1: 4}, 30,

@@ -224,13 +224,18 @@ def producer_ids(node: EddyProcess, count: int) -> list[int]:
 def write_solo_data_dir(data: Path, txn_id: str, offsets_group: str | None = None
                         ) -> dict[str, str]:
     """A data dir as a node of its own (the previous release) leaves it: topic "legacy" (2
-    partitions, 20 records "old:i"), group "old-group" committed at {0: 3, 1: 4}, and a
+    partitions, 20 records "old:i"), dynamic broker configs (<default> log.retention.ms
+    7200000, broker 1's log.segment.bytes 2097152), group "old-group" committed at {0: 3,
+    1: 4}, and a
     transaction of ``txn_id`` left open (record "open:0" in partition 0, and an offset of
     ``offsets_group`` in it) because the node is killed. Returns the topic ids."""
     # the previous release's default: no quorum, metadata in topic_metadata.json and
     # groups in __consumer_offsets (process.roles=broker with no voters still runs so)
     solo = EddyProcess(data, ["--node-id", "1", "--set", "process.roles=broker"]).start()
     try:
+        # dynamic broker configs the node kept on its own: the <default> and its own
+        assert alter_broker_config(solo.port, "", "log.retention.ms", "7200000") == 0
+        assert alter_broker_config(solo.port, "1", "log.segment.bytes", "2097152") == 0
         create(solo, "legacy", 2, 1)
         assert produce(solo, "legacy", 20, "old") == 20
         ids = topic_ids(solo, ["legacy"])

@@ -214,6 +214,7 @@ class ReplicaSync:
             else:
                 log.error("local topic %s not imported (%s): kept on disk, not served",
                           topic.name, answer.message)
+        await self.broker.dynamic_configs.import_local(cluster)
         await self._import_offsets(cluster)
 
     async def _import_offsets(self, cluster: ClusterService) -> None:

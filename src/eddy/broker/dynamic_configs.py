@@ -35,6 +35,7 @@ from eddy.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
+    from eddy.cluster.service import ClusterService
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,37 @@ class DynamicConfigs:
         except OSError as exc:
             raise KafkaError(ErrorCode.kafka_storage_error,
                              f"cannot write {LOCAL_FILE}: {exc}") from None
+
+    async def import_local(self, cluster: ClusterService) -> None:
+        """A node that kept dynamic configs on its own (its local file) and now runs in a
+        cluster (a cluster of one by default) brings them into the cluster's metadata: each
+        layer the cluster has nothing for yet; a layer the cluster already sets is kept as
+        the cluster has it. The file is renamed ``.imported`` once done."""
+        if not self._local:
+            return
+        for node, configs in sorted(self._local.items(), key=lambda kv: kv[0] or -1):
+            if not configs:
+                continue
+            if cluster.state.broker_config(node):
+                log.warning("dynamic configs of %s kept as the cluster has them; this node's "
+                            "own (%s) not imported", "<default>" if node is None else node,
+                            sorted(configs))
+                continue
+            command = AlterBrokerConfigs(node, dict_to_entries(configs), ())
+            try:
+                await cluster.ask_checked(ProposeRequest(encode_command(command)),
+                                          APPLY_WAIT_S)
+            except KafkaError as exc:
+                log.error("dynamic configs not imported (%s): tried again at the next start",
+                          exc.message)
+                return
+            log.info("dynamic configs of %s are now the cluster's: %s",
+                     "<default>" if node is None else f"broker {node}", sorted(configs))
+        try:
+            os.replace(self.path, self.path + ".imported")
+        except OSError as exc:
+            log.error("%s not renamed after its import: %s", self.path, exc)
+        self._local = {}
 
     # ---- changing --------------------------------------------------------------------------
 
