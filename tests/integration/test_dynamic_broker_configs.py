@@ -1,8 +1,9 @@
-"""Dynamic broker configs on a default node (a cluster of one), through confluent-kafka's AdminClient as
-`kafka-configs --entity-type brokers [--entity-default]` sends them: a cluster-wide default
-and a per-broker value change every topic's defaults at once (a record over the new
-message.max.bytes is refused), DescribeConfigs says where each value comes from, settings
-that cannot change at run time are refused, and the values survive a restart."""
+"""Dynamic broker configs on a default node (a cluster of one), through confluent-kafka's
+AdminClient as `kafka-configs --entity-type brokers [--entity-default]` sends them: a
+cluster-wide default and a per-broker value change every topic's defaults at once (a record
+over the new message.max.bytes is refused), DescribeConfigs says where each value comes
+from, settings that cannot change at run time are refused, and the values survive a
+restart."""
 
 from __future__ import annotations
 
