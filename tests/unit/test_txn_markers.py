@@ -94,3 +94,53 @@ def test_the_coordinators_records_split_into_transactions_and_held_offsets() -> 
     txns, held = split(records)
     assert list(txns) == ["t1"] and txns["t1"] == meta
     assert held == {9: [(b"\x00\x01k1", b"v1"), (b"\x00\x01k2", b"v2")]}
+
+
+def test_a_partition_refuses_markers_of_an_older_coordinator_or_producer_epoch(
+        tmp_path: Any) -> None:
+    """Kafka's partition checks of a marker: one from a coordinator epoch older than a marker
+    the partition already took is TRANSACTION_COORDINATOR_FENCED (a deposed coordinator),
+    one for an older producer epoch INVALID_PRODUCER_EPOCH; neither is written. The
+    coordinator epoch is kept in the producer snapshot and in the marker's value."""
+    from eddy.broker.broker import Broker
+    from eddy.broker.txn_markers import write_one
+    from eddy.clock import ManualClock
+    from eddy.config import load_config
+    from eddy.protocol.records import decode_batch_records
+    from eddy.txn.producer_state import ProducerStateManager
+
+    cfg = load_config(env={}, overrides={"data_dir": str(tmp_path), "process.roles": "broker"})
+    clock = ManualClock()
+
+    async def run() -> None:
+        b = Broker(cfg, clock)
+        b.load()
+        b.logs.create_topic("t", 1, {}, clock.now_ms())
+        plog = b.logs.partition("t", 0)
+        assert plog is not None
+        mark = [("t", 0)]
+
+        def write(pid: int, epoch: int, coordinator_epoch: int) -> ErrorCode:
+            request = WriteMarkersRequest(pid, epoch, True, tuple(mark), coordinator_epoch)
+            return write_one(b, request, "t", 0)
+
+        assert write(7, 2, 5) == ErrorCode.none  # coordinator epoch 5 marks producer 7
+        assert plog.log_end_offset == 1
+        assert write(7, 2, 4) == ErrorCode.transaction_coordinator_fenced  # a deposed one
+        assert write(7, 1, 5) == ErrorCode.invalid_producer_epoch  # an ended epoch
+        assert plog.log_end_offset == 1  # neither written
+        assert write(7, 3, 6) == ErrorCode.none and plog.log_end_offset == 2
+        assert write(8, 0, 1) == ErrorCode.none  # another producer: its own history
+        # the marker's value carries the coordinator epoch (version 0, epoch int32)
+        seg = plog.segments[-1]
+        first = next(iter(seg.scan()))
+        values = [r.value for r in decode_batch_records(seg.read_at(first.position,
+                                                                    first.size))]
+        assert values == [b"\x00\x00\x00\x00\x00\x05"]
+        # and the producer snapshot keeps it
+        mgr = b.producers.of(plog)
+        again, _ = ProducerStateManager.from_snapshot(mgr.snapshot_bytes(2))
+        assert again.check_marker(7, 3, 5) is not None and again.check_marker(7, 3, 6) is None
+        b.logs.close()
+
+    asyncio.run(run())

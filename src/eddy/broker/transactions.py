@@ -63,6 +63,10 @@ class TransactionService:
         #: in a cluster: the offsets group holding the state, and the markers' messenger
         self.raft: TxnRaftLog | None = None
         self.markers: MarkerService | None = None
+        #: sent with markers: partitions refuse those of an older coordinator (Kafka's
+        #: coordinator epoch); in a cluster the offsets group's term when this node began
+        #: serving, on a node of its own 0
+        self.coordinator_epoch = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._finishing: set[tuple[int, int]] = set()  # (producer id, epoch) being finished
         self._local: list[tuple[bytes, bytes]] = []
@@ -117,6 +121,8 @@ class TransactionService:
         self.coordinator.txns = txns
         self._pending_offsets = defaultdict(list, held)
         self._marked.clear()
+        if self.raft is not None:
+            self.coordinator_epoch = min(self.raft.driver.status().term, 2**31 - 1)
         if txns:
             log.info("transaction coordinator serving from the offsets group (%d ids)",
                      len(txns))
@@ -193,7 +199,7 @@ class TransactionService:
         Raises ``KafkaError`` if a partition could not be marked (retried later)."""
         done = self._marked.setdefault((markers.producer_id, markers.producer_epoch), set())
         request = WriteMarkersRequest(markers.producer_id, markers.producer_epoch,
-                                      markers.commit, ())
+                                      markers.commit, (), self.coordinator_epoch)
         by_leader: dict[int, list[tuple[str, int]]] = defaultdict(list)
         for tp in sorted(markers.partitions - done):
             if tp[0] == OFFSETS_TOPIC and self.raft is not None:
@@ -204,11 +210,14 @@ class TransactionService:
             if leader == self._broker.node_id or self.markers is None:
                 codes = [self._mark_here(request, topic, index) for topic, index in tps]
             else:
-                codes = await self.markers.ask(leader, WriteMarkersRequest(
-                    request.producer_id, request.producer_epoch, request.commit, tuple(tps)))
+                codes = await self.markers.ask(leader, dataclasses.replace(
+                    request, partitions=tuple(tps)))
             for tp, code in zip(tps, codes, strict=True):
-                if code in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
-                    done.add(tp)  # marked, or the topic was deleted meanwhile
+                if code in (ErrorCode.none, ErrorCode.unknown_topic_or_partition,
+                            ErrorCode.invalid_producer_epoch):
+                    # marked; or the topic was deleted meanwhile; or a newer epoch of the
+                    # producer ended the transaction there already (Kafka gives up too)
+                    done.add(tp)
                 else:
                     failed.append((tp, code))
         if failed:

@@ -39,10 +39,11 @@ log = logging.getLogger(__name__)
 MARKER_TIMEOUT_S = 5.0
 
 
-def marker_batch(producer_id: int, epoch: int, commit: bool, now: int) -> bytearray:
+def marker_batch(producer_id: int, epoch: int, commit: bool, now: int,
+                 coordinator_epoch: int = 0) -> bytearray:
     """A control batch with one record: key (version, type), value (version, coord epoch)."""
     key = struct.pack(">hh", 0, 1 if commit else 0)
-    value = struct.pack(">hi", 0, 0)
+    value = struct.pack(">hi", 0, max(coordinator_epoch, 0))
     return build_batch([(key, value)], now, producer_id=producer_id, producer_epoch=epoch,
                        attributes=TRANSACTIONAL_BIT | CONTROL_BIT)
 
@@ -65,18 +66,25 @@ def write_one(broker: Broker, request: WriteMarkersRequest, topic: str, index: i
     plog = broker.logs.partition(topic, index)
     if plog is None:
         return ErrorCode.unknown_topic_or_partition
+    producers = broker.producers.of(plog)
+    stale = producers.check_marker(request.producer_id, request.producer_epoch,
+                                   request.coordinator_epoch)
+    if stale is not None:
+        log.warning("marker for %s-%d refused: %s", topic, index, stale[1])
+        return stale[0]
     now = broker.clock.now_ms()
     try:
         offset = append_own(broker, plog, marker_batch(
-            request.producer_id, request.producer_epoch, request.commit, now))
+            request.producer_id, request.producer_epoch, request.commit, now,
+            request.coordinator_epoch))
     except KafkaError as exc:
         log.warning("marker for %s-%d: %s", topic, index, exc.message)
         return exc.code
     except OSError as exc:
         log.warning("marker for %s-%d: %s", topic, index, exc)
         return ErrorCode.kafka_storage_error
-    broker.producers.of(plog).end_transaction(request.producer_id, request.producer_epoch,
-                                              now, request.commit, offset)
+    producers.end_transaction(request.producer_id, request.producer_epoch, now,
+                              request.commit, offset, request.coordinator_epoch)
     return ErrorCode.none
 
 

@@ -26,6 +26,9 @@ class WriteMarkersRequest:
     producer_epoch: I16
     commit: bool
     partitions: tuple[tuple[str, I32], ...]
+    #: the coordinator's epoch (the offsets group's term when it began serving): a
+    #: partition refuses markers from a coordinator older than one it took a marker from
+    coordinator_epoch: I32 = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,8 @@ class ProducerEntry:
     batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=CACHED_BATCHES))
     last_timestamp: int = -1
     txn_first_offset: int = -1  # first offset of the ongoing transaction, -1 if none
+    #: the newest transaction coordinator epoch whose marker this partition took (-1: none)
+    coordinator_epoch: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -116,12 +118,34 @@ class ProducerStateManager:
         if transactional and entry.txn_first_offset < 0:
             entry.txn_first_offset = first_offset
 
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int
+                     ) -> tuple[ErrorCode, str] | None:
+        """Why a marker must not be written (None: it may), as Kafka's partition checks it:
+        from a coordinator older than one whose marker this partition already took
+        (TRANSACTION_COORDINATOR_FENCED: a deposed coordinator), or for a producer epoch
+        older than the partition has seen (INVALID_PRODUCER_EPOCH: that transaction was
+        ended already, by a newer epoch's abort)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return None
+        if coordinator_epoch < entry.coordinator_epoch:
+            return (ErrorCode.transaction_coordinator_fenced,
+                    f"marker from coordinator epoch {coordinator_epoch}, this partition "
+                    f"took one from {entry.coordinator_epoch}")
+        if epoch < entry.epoch:
+            return (ErrorCode.invalid_producer_epoch,
+                    f"marker for producer {producer_id} epoch {epoch}, this partition has "
+                    f"seen epoch {entry.epoch}")
+        return None
+
     def end_transaction(self, producer_id: int, epoch: int, timestamp: int,
-                        commit: bool = True, marker_offset: int = -1) -> int:
+                        commit: bool = True, marker_offset: int = -1,
+                        coordinator_epoch: int = -1) -> int:
         """A commit/abort marker was written: returns the transaction's first offset."""
         entry = self.producers.get(producer_id)
         if entry is None:
             entry = self.producers[producer_id] = ProducerEntry(producer_id, epoch)
+        entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
         first = entry.txn_first_offset
         entry.txn_first_offset = -1
         if not commit and first >= 0 and (producer_id, first, marker_offset) not in self.aborted:
@@ -172,6 +196,7 @@ class ProducerStateManager:
                 "epoch": e.epoch,
                 "last_timestamp": e.last_timestamp,
                 "txn_first_offset": e.txn_first_offset,
+                "coordinator_epoch": e.coordinator_epoch,
                 "batches": [[b.first_seq, b.last_seq, b.first_offset, b.last_offset,
                              b.timestamp] for b in e.batches],
             }
@@ -190,6 +215,7 @@ class ProducerStateManager:
             entry = ProducerEntry(int(pid), int(e["epoch"]))
             entry.last_timestamp = int(e["last_timestamp"])
             entry.txn_first_offset = int(e["txn_first_offset"])
+            entry.coordinator_epoch = int(e.get("coordinator_epoch", -1))
             for b in e["batches"]:
                 entry.batches.append(BatchMeta(*(int(x) for x in b)))
             mgr.producers[int(pid)] = entry
