@@ -1,0 +1,225 @@
+"""The registry's work on schemas: resolving references against the state, parsing through
+the format modules (with a bounded cache), Confluent's compatibility verdicts and messages per
+level, and the JSON shapes Confluent answers with."""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from eddy.registry.contract import RegistryError
+from eddy.registry.formats import AVRO, JSON, PROTOBUF, Incompatibility, InvalidSchema, ParsedSchema
+from eddy.registry.records import Reference
+from eddy.registry.requests import invalid
+from eddy.registry.state import SchemaState, VersionEntry
+
+log = logging.getLogger(__name__)
+
+SCHEMA_TYPES = (JSON, PROTOBUF, AVRO)
+#: the most schemas one schema may pull in through references, transitively
+MAX_RESOLVED_REFERENCES = 1000
+#: the longest piece of a schema text quoted in an error message
+MAX_QUOTED_CHARS = 2000
+
+CompatFn = Callable[[Any, Any], list[Incompatibility]]
+
+
+def _format_module(schema_type: str) -> tuple[Callable[..., ParsedSchema], CompatFn]:
+    """The parse and compatibility functions of a format (imported when first needed)."""
+    if schema_type == AVRO:
+        from eddy.registry import avro_compat, avro_schema
+        return avro_schema.parse, avro_compat.compatibility
+    if schema_type == JSON:
+        from eddy.registry import json_schema
+        return json_schema.parse, json_schema.compatibility
+    if schema_type == PROTOBUF:
+        from eddy.registry import protobuf_compat, protobuf_schema
+        return protobuf_schema.parse, protobuf_compat.compatibility
+    raise invalid(f"Invalid schema type {schema_type}")
+
+
+def refs_text(refs: Sequence[Reference]) -> str:
+    """References as Java's List.toString prints Confluent's SchemaReference entities."""
+    return "[" + ", ".join(f"{{name='{r.name}', subject='{r.subject}', version={r.version}}}"
+                          for r in refs) + "]"
+
+
+def quoted(text: str) -> str:
+    return text if len(text) <= MAX_QUOTED_CHARS else text[:MAX_QUOTED_CHARS] + "..."
+
+
+def invalid_schema(text: str, refs: Sequence[Reference], schema_type: str,
+                   details: str) -> RegistryError:
+    """Confluent's 42201: ``Invalid schema <text> with refs <refs> of type <type>, details:``."""
+    return invalid(f"Invalid schema {quoted(text)} with refs {refs_text(refs)} of type "
+                   f"{schema_type}, details: {details}")
+
+
+class SchemaParser:
+    """Parses schema texts of every format with their references resolved from the state,
+    keeping the most recent parses (a schema is parsed once, not per request)."""
+
+    def __init__(self, state: SchemaState, cache_size: int = 256) -> None:
+        self._state = state
+        self._cache: OrderedDict[tuple[Any, ...], ParsedSchema] = OrderedDict()
+        self._cache_size = cache_size
+
+    def resolve_latest(self, text: str, schema_type: str,
+                       refs: tuple[Reference, ...]) -> tuple[Reference, ...]:
+        """References with version -1 pinned to the subject's latest version."""
+        out = []
+        for ref in refs:
+            if ref.version == -1:
+                latest = self._state.latest(ref.subject)
+                if latest is None:
+                    raise invalid_schema(text, refs, schema_type, "No schema reference found "
+                                         f'for subject "{ref.subject}" and version -1')
+                ref = Reference(ref.name, ref.subject, latest.version)
+            out.append(ref)
+        return tuple(out)
+
+    def referenced_texts(self, text: str, schema_type: str,
+                         refs: tuple[Reference, ...]) -> dict[str, str]:
+        """Reference name -> schema text, for the references and theirs (dependencies first;
+        a name seen twice keeps its first text)."""
+        resolved: dict[str, str] = {}
+        seen: set[tuple[str, int]] = set()
+        stack: list[tuple[Reference, bool]] = [(r, False) for r in reversed(refs)]
+        while stack:
+            ref, expanded = stack.pop()
+            entry = self._state.version(ref.subject, ref.version)
+            if entry is None:
+                raise invalid_schema(text, refs, schema_type, "No schema reference found for "
+                                     f'subject "{ref.subject}" and version {ref.version}')
+            if expanded:
+                resolved.setdefault(ref.name, entry.schema)
+                continue
+            if (ref.subject, ref.version) in seen:
+                resolved.setdefault(ref.name, entry.schema)
+                continue
+            seen.add((ref.subject, ref.version))
+            if len(seen) > MAX_RESOLVED_REFERENCES:
+                raise invalid_schema(text, refs, schema_type, "more than "
+                                     f"{MAX_RESOLVED_REFERENCES} references, transitively")
+            stack.append((ref, True))
+            stack.extend((r, False) for r in reversed(entry.references))
+        return resolved
+
+    def parse(self, schema_type: str, text: str, refs: tuple[Reference, ...], *,
+              is_new: bool) -> ParsedSchema:
+        """The parsed schema; raises RegistryError 42201 when it is not valid."""
+        parse, _ = _format_module(schema_type)
+        texts = self.referenced_texts(text, schema_type, refs)
+        key = (schema_type, text, tuple(texts.items()), is_new)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        try:
+            if schema_type == AVRO:
+                parsed = parse(text, texts, is_new=is_new)
+            else:
+                parsed = parse(text, texts)
+        except InvalidSchema as exc:
+            raise invalid_schema(text, refs, schema_type, str(exc)) from None
+        except (ValueError, TypeError, LookupError, RecursionError, AttributeError) as exc:
+            log.warning("%s parser failed on a schema: %r", schema_type, exc)
+            raise invalid_schema(text, refs, schema_type, str(exc)[:500]) from None
+        self._cache[key] = parsed
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return parsed
+
+    def parse_entry(self, entry: VersionEntry) -> ParsedSchema:
+        """A stored version parsed as Confluent reads stored schemas (not as new)."""
+        return self.parse(entry.schema_type, entry.schema, entry.references, is_new=False)
+
+
+def _direction(new: ParsedSchema, old: ParsedSchema, new_is_reader: bool) -> list[str]:
+    reader, writer = (new, old) if new_is_reader else (old, new)
+    _, compat = _format_module(new.schema_type)
+    issues = compat(reader, writer)
+    labels = ("new", "old") if new_is_reader else ("old", "new")
+    out = []
+    for issue in issues:
+        confluent_message = getattr(issue, "confluent_message", None)
+        out.append(confluent_message(*labels) if callable(confluent_message)
+                   else issue.message())
+    return out
+
+
+def incompatibilities(level: str, new: ParsedSchema,
+                      previous: Sequence[tuple[VersionEntry, ParsedSchema]]) -> list[str]:
+    """Confluent's messages when ``new`` breaks ``level`` against ``previous`` (oldest first;
+    non-transitive levels look at the last one only); empty when compatible. The check stops
+    at the first incompatible version, newest first, and names it as Confluent does."""
+    if level == "NONE" or not previous:
+        return []
+    checked = list(reversed(previous))
+    if not level.endswith("_TRANSITIVE"):
+        checked = checked[:1]
+    base = level.removesuffix("_TRANSITIVE")
+    for entry, old in checked:
+        if old.schema_type != new.schema_type:
+            messages = ["Incompatible because of different schema type"]
+        else:
+            messages = []
+            if base in ("BACKWARD", "FULL"):
+                messages += _direction(new, old, new_is_reader=True)
+            if base in ("FORWARD", "FULL"):
+                messages += _direction(new, old, new_is_reader=False)
+        if messages:
+            return [*messages, f"{{oldSchemaVersion: {entry.version}}}",
+                    f"{{oldSchema: '{quoted(entry.schema)}'}}",
+                    f"{{validateFields: 'false', compatibility: '{level}'}}"]
+    return []
+
+
+def incompatible_error(subject: str, messages: Sequence[str]) -> RegistryError:
+    """Confluent's 409."""
+    return RegistryError(409, 409, "Schema being registered is incompatible with an earlier "
+                         f'schema for subject "{subject}", details: [{", ".join(messages)}]')
+
+
+def formatted(parsed: ParsedSchema, fmt: str | None, stored: str) -> str:
+    """A schema text in a requested ``format``: Protobuf ``serialized`` (base64
+    FileDescriptorProto), Avro ``resolved`` (references inlined); otherwise as stored."""
+    if fmt:
+        method = {"serialized": "serialized", "resolved": "resolved"}.get(fmt.strip().lower())
+        render = getattr(parsed, method, None) if method else None
+        if callable(render):
+            return str(render())
+    return stored
+
+
+def entity(entry: VersionEntry, schema: str | None = None) -> dict[str, Any]:
+    """Confluent's Schema entity: subject, version, id, schemaType (not for AVRO),
+    references, metadata and ruleSet (when present), schema."""
+    out: dict[str, Any] = {"subject": entry.subject, "version": entry.version, "id": entry.id}
+    if entry.schema_type != AVRO:
+        out["schemaType"] = entry.schema_type
+    if entry.references:
+        out["references"] = [r.to_json() for r in entry.references]
+    if entry.metadata is not None:
+        out["metadata"] = entry.metadata
+    if entry.rule_set is not None:
+        out["ruleSet"] = entry.rule_set
+    out["schema"] = entry.schema if schema is None else schema
+    return out
+
+
+def schema_string(entry: VersionEntry, schema: str | None = None) -> dict[str, Any]:
+    """Confluent's SchemaString (``GET /schemas/ids/{id}``)."""
+    out: dict[str, Any] = {}
+    if entry.schema_type != AVRO:
+        out["schemaType"] = entry.schema_type
+    out["schema"] = entry.schema if schema is None else schema
+    if entry.references:
+        out["references"] = [r.to_json() for r in entry.references]
+    if entry.metadata is not None:
+        out["metadata"] = entry.metadata
+    if entry.rule_set is not None:
+        out["ruleSet"] = entry.rule_set
+    return out

@@ -1,0 +1,425 @@
+"""The schema registry's operations with Confluent Schema Registry's semantics.
+
+``RegistryService(log, state)`` answers every operation of Confluent's REST API with the
+plain data the HTTP layer serializes (Confluent's response shapes, nothing more), or raises a
+``RegistryError`` with Confluent's status, code and message. Writes go through one
+``asyncio.Lock`` (one writer), each first waiting for the log to be applied up to its end
+(``log.sync()``: a write sees every write before it) and returning once its records are
+applied to the state. Reads answer from the state as it is (Confluent's reads are eventually
+consistent), except that a miss is retried once after a ``sync`` so that an id registered
+through another node a moment ago is found.
+
+The rules (Confluent's "Schema Deletion Guidelines", "Schema Evolution and Compatibility"):
+an identical schema under the same subject returns the existing id; the same schema under
+another subject reuses its id; new ids grow from 1 and are never reused; compatibility is
+checked against non-deleted versions only (the latest one, or all for _TRANSITIVE levels);
+a version or subject is soft-deleted before it can be deleted permanently; a version that a
+live schema references cannot be deleted (42206).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from eddy.registry import records as rec
+from eddy.registry.contract import (
+    OPERATION_NOT_PERMITTED,
+    REFERENCE_EXISTS,
+    SCHEMA_NOT_FOUND,
+    SCHEMA_VERSION_NOT_SOFT_DELETED,
+    SCHEMA_VERSION_SOFT_DELETED,
+    SUBJECT_NOT_SOFT_DELETED,
+    SUBJECT_SOFT_DELETED,
+    VERSION_NOT_FOUND,
+    RegistryError,
+    SchemaLog,
+    SchemaRecord,
+)
+from eddy.registry.formats import ParsedSchema
+from eddy.registry.requests import SchemaRequest, parse_version
+from eddy.registry.schema_ops import (
+    SCHEMA_TYPES,
+    SchemaParser,
+    entity,
+    formatted,
+    incompatibilities,
+    incompatible_error,
+    schema_string,
+)
+from eddy.registry.service_config import ConfigModeOps, read_only, subject_not_found
+from eddy.registry.state import SchemaState, VersionEntry
+
+#: the prefix Confluent clients send to mean "every context" (only the default one exists)
+_ALL_CONTEXTS = ":*:"
+
+
+def _not_permitted(message: str) -> RegistryError:
+    return RegistryError(422, OPERATION_NOT_PERMITTED, message)
+
+
+def _schema_not_found(schema_id: int | None = None) -> RegistryError:
+    message = "Schema not found" if schema_id is None else f"Schema {schema_id} not found"
+    return RegistryError(404, SCHEMA_NOT_FOUND, message)
+
+
+def _version_not_found(version: int | None) -> RegistryError:
+    return RegistryError(404, VERSION_NOT_FOUND,
+                         f"Version {-1 if version is None else version} not found.")
+
+
+def _reference_exists(entry: VersionEntry) -> RegistryError:
+    return RegistryError(422, REFERENCE_EXISTS, "One or more references exist to the schema "
+                         f"{{magic=1,keytype=SCHEMA,subject={entry.subject},"
+                         f"version={entry.version}}}")
+
+
+class RegistryService(ConfigModeOps):
+    """Confluent Schema Registry's operations over a SchemaLog and the state it feeds."""
+
+    def __init__(self, log: SchemaLog, state: SchemaState, *, default_level: str = "BACKWARD",
+                 default_mode: str = "READWRITE") -> None:
+        self._log = log
+        self.state = state
+        self.default_level = default_level
+        self.default_mode = default_mode
+        self._lock = asyncio.Lock()
+        self.parser = SchemaParser(state)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _prepare(self, request: SchemaRequest, normalize: bool,
+                 is_new: bool) -> tuple[ParsedSchema, str, tuple[rec.Reference, ...]]:
+        """Parses a requested schema: (parsed, the text to store and compare, references
+        with "latest" pinned)."""
+        refs = self.parser.resolve_latest(request.schema, request.schema_type,
+                                          request.references)
+        parsed = self.parser.parse(request.schema_type, request.schema, refs, is_new=is_new)
+        if normalize:
+            text = parsed.normalized()
+            parsed = self.parser.parse(request.schema_type, text, refs, is_new=is_new)
+        return parsed, parsed.canonical(), refs
+
+    def _matching(self, subject: str, content: tuple[str, str, tuple[rec.Reference, ...]],
+                  request: SchemaRequest, include_deleted: bool) -> VersionEntry | None:
+        """The latest version of a subject holding this schema (and, when the request
+        carries them, this metadata and rule set)."""
+        for entry in reversed(self.state.versions(subject, include_deleted)):
+            if entry.content != content:
+                continue
+            if request.metadata is not None and request.metadata != entry.metadata:
+                continue
+            if request.rule_set is not None and request.rule_set != entry.rule_set:
+                continue
+            return entry
+        return None
+
+    def _resolve(self, subject: str, version_text: str | int,
+                 include_deleted: bool = False) -> VersionEntry:
+        """A subject version named by a version id (``latest``: the latest non-deleted),
+        or 40401 / 40402."""
+        version = parse_version(version_text)
+        if version is None:
+            entry = self.state.latest(subject)
+        else:
+            entry = self.state.version(subject, version)
+            if entry is not None and entry.deleted and not include_deleted:
+                entry = None
+        if entry is None:
+            if not self.state.has_subject(subject, include_deleted):
+                raise subject_not_found(subject)
+            raise _version_not_found(version)
+        return entry
+
+    async def _resolve_synced(self, subject: str, version_text: str | int,
+                              include_deleted: bool = False) -> VersionEntry:
+        try:
+            return self._resolve(subject, version_text, include_deleted)
+        except RegistryError as exc:
+            if exc.status != 404:
+                raise
+        await self._log.sync()
+        return self._resolve(subject, version_text, include_deleted)
+
+    def _parsed_versions(self, entries: list[VersionEntry]
+                         ) -> list[tuple[VersionEntry, ParsedSchema]]:
+        return [(entry, self.parser.parse_entry(entry)) for entry in entries]
+
+    # -- register and look up --------------------------------------------------------------------
+
+    async def register(self, subject: str, request: SchemaRequest, *,
+                       normalize: bool = False) -> dict[str, Any]:
+        """POST /subjects/{subject}/versions: ``{"id": id}``."""
+        normalize = normalize or self.normalize_in_scope(subject)
+        parsed, text, refs = self._prepare(request, normalize, is_new=request.id is None)
+        content = (request.schema_type, text, refs)
+        existing = self._matching(subject, content, request, include_deleted=False)
+        if existing is not None and request.id in (None, existing.id):
+            return {"id": existing.id}
+        async with self._lock:
+            await self._log.sync()
+            return {"id": await self._register(subject, request, parsed, content)}
+
+    async def _register(self, subject: str, request: SchemaRequest, parsed: ParsedSchema,
+                        content: tuple[str, str, tuple[rec.Reference, ...]]) -> int:
+        existing = self._matching(subject, content, request, include_deleted=False)
+        if existing is not None and request.id in (None, existing.id):
+            return existing.id
+        mode = self.mode_in_scope(subject)
+        if mode in ("READONLY", "READONLY_OVERRIDE"):
+            raise read_only(subject)
+        if request.id is not None or request.version is not None:
+            if mode != "IMPORT":
+                raise _not_permitted(f"Subject {subject} is not in import mode")
+        elif mode != "READWRITE":
+            raise _not_permitted(f"Subject {subject} is not in read-write mode")
+        schema_id = request.id
+        known_id = self.state.id_for(content)
+        if known_id is not None and schema_id in (None, known_id):
+            schema_id = known_id
+        every = self.state.versions(subject, include_deleted=True)
+        live = [e for e in every if not e.deleted]
+        if mode != "IMPORT":
+            messages = incompatibilities(self.level_in_scope(subject), parsed,
+                                         self._parsed_versions(live))
+            if messages:
+                raise incompatible_error(subject, messages)
+        version = request.version or (every[-1].version + 1 if every else 1)
+        if schema_id is None:
+            schema_id = self.state.next_id
+        elif schema_id != known_id:
+            holder = self.state.schema_by_id(schema_id)
+            if holder is not None and holder.schema != content[1]:
+                raise _not_permitted(f"Overwrite new schema with id {schema_id} is not "
+                                     "permitted.")
+        value = rec.SchemaValue(subject, version, schema_id, content[1], content[0], content[2],
+                                request.metadata, request.rule_set, False)
+        records: list[SchemaRecord] = [(self.state.schema_key_bytes(subject, version),
+                                        rec.encode_value(value))]
+        # an earlier soft-deleted version with the same id goes (Confluent tombstones it)
+        records += [(self.state.schema_key_bytes(subject, e.version), None) for e in every
+                    if e.deleted and e.id == schema_id and e.version < version]
+        await self._append(records)
+        return schema_id
+
+    async def lookup(self, subject: str, request: SchemaRequest, *, normalize: bool = False,
+                     deleted: bool = False) -> dict[str, Any]:
+        """POST /subjects/{subject}: the version holding this schema, or 40401 / 40403."""
+        normalize = normalize or self.normalize_in_scope(subject)
+        _, text, refs = self._prepare(request, normalize, is_new=False)
+        content = (request.schema_type, text, refs)
+        for attempt in range(2):
+            found = self._matching(subject, content, request, include_deleted=deleted)
+            if found is not None:
+                return entity(found)
+            if attempt == 0:
+                await self._log.sync()
+        if not self.state.has_subject(subject, deleted):
+            raise subject_not_found(subject)
+        raise _schema_not_found()
+
+    # -- schemas by id ---------------------------------------------------------------------------
+
+    async def _by_id(self, schema_id: int) -> VersionEntry:
+        entry = self.state.schema_by_id(schema_id)
+        if entry is None:
+            await self._log.sync()
+            entry = self.state.schema_by_id(schema_id)
+        if entry is None:
+            raise _schema_not_found(schema_id)
+        return entry
+
+    def _formatted(self, entry: VersionEntry, fmt: str | None) -> str | None:
+        if not fmt:
+            return None
+        return formatted(self.parser.parse_entry(entry), fmt, entry.schema)
+
+    async def schema_by_id(self, schema_id: int, subject: str | None = None,
+                           fmt: str | None = None) -> dict[str, Any]:
+        """GET /schemas/ids/{id} (``subject`` names a context in Confluent; there is one)."""
+        entry = await self._by_id(schema_id)
+        return schema_string(entry, self._formatted(entry, fmt))
+
+    async def schema_text_by_id(self, schema_id: int, subject: str | None = None,
+                                fmt: str | None = None) -> str:
+        """GET /schemas/ids/{id}/schema: the schema text itself."""
+        entry = await self._by_id(schema_id)
+        text = self._formatted(entry, fmt)
+        return entry.schema if text is None else text
+
+    async def _users(self, schema_id: int, deleted: bool) -> list[VersionEntry]:
+        await self._by_id(schema_id)
+        return [e for e in self.state.users_of_id(schema_id) if deleted or not e.deleted]
+
+    async def subjects_for_id(self, schema_id: int, deleted: bool = False) -> list[str]:
+        """GET /schemas/ids/{id}/subjects."""
+        return list(dict.fromkeys(e.subject for e in await self._users(schema_id, deleted)))
+
+    async def versions_for_id(self, schema_id: int, deleted: bool = False
+                              ) -> list[dict[str, Any]]:
+        """GET /schemas/ids/{id}/versions."""
+        return [{"subject": e.subject, "version": e.version}
+                for e in await self._users(schema_id, deleted)]
+
+    async def list_schemas(self, subject_prefix: str | None = None, deleted: bool = False,
+                           latest_only: bool = False, offset: int = 0,
+                           limit: int = -1) -> list[dict[str, Any]]:
+        """GET /schemas: every version (of subjects with the prefix), by subject, version."""
+        found: list[dict[str, Any]] = []
+        prefix = "" if subject_prefix in (None, _ALL_CONTEXTS) else subject_prefix
+        for subject in sorted(self.state.subjects):
+            if not subject.startswith(prefix or ""):
+                continue
+            entries = self.state.versions(subject, include_deleted=deleted)
+            found += [entity(e) for e in (entries[-1:] if latest_only else entries)]
+        found = found[max(offset, 0):]
+        return found if limit is None or limit < 0 else found[:limit]
+
+    @staticmethod
+    def schema_types() -> list[str]:
+        """GET /schemas/types."""
+        return list(SCHEMA_TYPES)
+
+    @staticmethod
+    def contexts() -> list[str]:
+        """GET /contexts: the default context only."""
+        return ["."]
+
+    # -- subjects and versions -------------------------------------------------------------------
+
+    async def list_subjects(self, subject_prefix: str | None = None, deleted: bool = False,
+                            deleted_only: bool = False) -> list[str]:
+        """GET /subjects."""
+        prefix = "" if subject_prefix in (None, _ALL_CONTEXTS) else subject_prefix
+        names = []
+        for subject in sorted(self.state.subjects):
+            if not subject.startswith(prefix or ""):
+                continue
+            entries = self.state.versions(subject, include_deleted=True)
+            if deleted_only:
+                keep = any(e.deleted for e in entries)
+            else:
+                keep = any(deleted or not e.deleted for e in entries)
+            if keep:
+                names.append(subject)
+        return names
+
+    async def list_versions(self, subject: str, deleted: bool = False,
+                            deleted_only: bool = False) -> list[int]:
+        """GET /subjects/{subject}/versions."""
+        if not self.state.has_subject(subject, deleted or deleted_only):
+            await self._log.sync()
+            if not self.state.has_subject(subject, deleted or deleted_only):
+                raise subject_not_found(subject)
+        entries = self.state.versions(subject, include_deleted=True)
+        if deleted_only:
+            return [e.version for e in entries if e.deleted]
+        return [e.version for e in entries if deleted or not e.deleted]
+
+    async def get_version(self, subject: str, version: str | int, deleted: bool = False,
+                          fmt: str | None = None) -> dict[str, Any]:
+        """GET /subjects/{subject}/versions/{version}."""
+        entry = await self._resolve_synced(subject, version, deleted)
+        return entity(entry, self._formatted(entry, fmt))
+
+    async def get_version_schema(self, subject: str, version: str | int,
+                                 deleted: bool = False, fmt: str | None = None) -> str:
+        """GET /subjects/{subject}/versions/{version}/schema: the schema text itself."""
+        entry = await self._resolve_synced(subject, version, deleted)
+        text = self._formatted(entry, fmt)
+        return entry.schema if text is None else text
+
+    async def referenced_by(self, subject: str, version: str | int) -> list[int]:
+        """GET /subjects/{subject}/versions/{version}/referencedby: ids, sorted."""
+        entry = await self._resolve_synced(subject, version)
+        return self.state.referenced_by(entry.subject, entry.version)
+
+    # -- compatibility ---------------------------------------------------------------------------
+
+    async def check_compatibility(self, subject: str, version: str | int | None,
+                                  request: SchemaRequest, *, verbose: bool = False,
+                                  normalize: bool = False) -> dict[str, Any]:
+        """POST /compatibility/subjects/{subject}/versions[/{version}]: against one version
+        (``latest``: none yet is compatible) or, without a version, as a registration would
+        be checked."""
+        parsed, _, _ = self._prepare(request, normalize, is_new=True)
+        level = self.level_in_scope(subject)
+        if version is None:
+            previous = self.state.versions(subject)
+        elif parse_version(version) is None:
+            latest = self.state.latest(subject)
+            previous = [latest] if latest is not None else []
+        else:
+            previous = [await self._resolve_synced(subject, version)]
+            level = level.removesuffix("_TRANSITIVE")
+        messages = incompatibilities(level, parsed, self._parsed_versions(previous))
+        answer: dict[str, Any] = {"is_compatible": not messages}
+        if verbose:
+            answer["messages"] = messages
+        return answer
+
+    # -- deletes ---------------------------------------------------------------------------------
+
+    async def delete_version(self, subject: str, version: str | int,
+                             permanent: bool = False) -> int:
+        """DELETE /subjects/{subject}/versions/{version}[?permanent=true]: the version."""
+        async with self._lock:
+            await self._log.sync()
+            entry = self._resolve(subject, version, include_deleted=True)
+            if not permanent and entry.deleted:
+                raise RegistryError(404, SCHEMA_VERSION_SOFT_DELETED,
+                                    f"Subject '{subject}' Version {entry.version} was soft "
+                                    "deleted.Set permanent=true to delete permanently")
+            if self.is_read_only(subject):
+                raise read_only(subject)
+            if self.state.referenced_by(subject, entry.version):
+                raise _reference_exists(entry)
+            if permanent and not entry.deleted:
+                raise RegistryError(404, SCHEMA_VERSION_NOT_SOFT_DELETED,
+                                    f"Subject '{subject}' Version {entry.version} was not "
+                                    "deleted first before being permanently deleted")
+            key = self.state.schema_key_bytes(subject, entry.version)
+            records: list[SchemaRecord]
+            if permanent:
+                records = [(key, None)]
+            else:
+                value = rec.SchemaValue(entry.subject, entry.version, entry.id, entry.schema,
+                                        entry.schema_type, entry.references, entry.metadata,
+                                        entry.rule_set, True)
+                records = [(key, rec.encode_value(value))]
+                if not [e for e in self.state.versions(subject) if e.version != entry.version]:
+                    records += self._scope_cleanup(subject)
+            await self._append(records)
+            return entry.version
+
+    async def delete_subject(self, subject: str, permanent: bool = False) -> list[int]:
+        """DELETE /subjects/{subject}[?permanent=true]: the versions deleted."""
+        async with self._lock:
+            await self._log.sync()
+            if not self.state.has_subject(subject, include_deleted=True):
+                raise subject_not_found(subject)
+            if not permanent and not self.state.has_subject(subject):
+                raise RegistryError(404, SUBJECT_SOFT_DELETED,
+                                    f"Subject '{subject}' was soft deleted.Set permanent=true "
+                                    "to delete permanently")
+            if self.is_read_only(subject):
+                raise read_only(subject)
+            entries = self.state.versions(subject, include_deleted=permanent)
+            for entry in entries:
+                if self.state.referenced_by(subject, entry.version):
+                    raise _reference_exists(entry)
+                if permanent and not entry.deleted:
+                    raise RegistryError(404, SUBJECT_NOT_SOFT_DELETED,
+                                        f"Subject '{subject}' was not deleted first before "
+                                        "being permanently deleted")
+            records: list[SchemaRecord]
+            if permanent:
+                records = [(self.state.schema_key_bytes(subject, e.version), None)
+                           for e in entries]
+            else:
+                value = rec.DeleteSubjectValue(subject, entries[-1].version)
+                records = [(rec.encode_key(rec.DeleteSubjectKey(subject)),
+                            rec.encode_value(value))]
+                records += self._scope_cleanup(subject)
+            await self._append(records)
+            return [e.version for e in entries]
