@@ -185,6 +185,11 @@ class BrokerConfig(BaseModel):
         "recently used closed beyond it (0: half the open-files limit, RLIMIT_NOFILE)",
     )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    metrics_enable: bool = Field(
+        True, alias="metrics.enable",
+        description="count requests, bytes and records as they are served for the Prometheus "
+        "metrics (false: those counters stay at 0; gauges read at scrape time still answer)",
+    )
     process_roles: str | None = Field(
         None, alias="process.roles",
         description="comma-separated roles: broker (holds partitions and groups), controller "
@@ -233,6 +238,12 @@ class BrokerConfig(BaseModel):
         30000, ge=1, alias="mesh.request.timeout.ms",
         description="default timeout of a forwarded operation over the mesh",
     )
+    registry_listener: str = Field(
+        "", alias="registry.listener",
+        description="HOST:PORT of the schema registry's HTTP API (Confluent's REST API, "
+        "state in the topic _schemas), served by a node with the broker role; port 0: any "
+        "free port; empty: no registry",
+    )
     controller_quorum_voters: str = Field(
         "", alias="controller.quorum.voters",
         description="ID@HOST:PORT list of the metadata quorum's voters (HOST:PORT: their mesh "
@@ -261,6 +272,13 @@ class BrokerConfig(BaseModel):
         if v is not None:
             parse_host_port(v, info.field_name)
         return v
+
+    @field_validator("registry_listener")
+    @classmethod
+    def _registry_host_port(cls, v: str) -> str:
+        if v.strip():
+            parse_host_port(v.strip(), "registry.listener")
+        return v.strip()
 
     @field_validator("mesh_seeds")
     @classmethod
@@ -406,6 +424,13 @@ class BrokerConfig(BaseModel):
             if node != self.node_id and voter not in seeds:
                 seeds.append(voter)
         return seeds
+
+    @property
+    def registry_address(self) -> tuple[str, int] | None:
+        """Where the schema registry listens (None: not served)."""
+        if not self.registry_listener:
+            return None
+        return parse_host_port(self.registry_listener, "registry.listener")
 
     @property
     def listen_address(self) -> tuple[str, int]:

@@ -22,6 +22,7 @@ from eddy.log import compaction
 from eddy.log.manager import INTERNAL_TOPICS, LogManager, Topic
 from eddy.log.partition import PartitionLog
 from eddy.log.state_files import atomic_write
+from eddy.observe.metrics import BrokerMetrics
 from eddy.protocol.errors import ErrorCode, KafkaError
 from eddy.txn.producer_ids import ProducerIdAllocator
 
@@ -53,6 +54,8 @@ class Broker:
         self.config = config
         self.clock = clock
         self.node_id = config.node_id
+        #: Prometheus metrics: handlers bump ``metrics.counts``; scrapes call ``render()``
+        self.metrics = BrokerMetrics.for_broker(self)
         self.logs = LogManager(config.data_dir, config.topic_defaults())
         self.dynamic_configs = DynamicConfigs(self)
         self.notifier = AppendNotifier()

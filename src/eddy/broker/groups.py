@@ -182,6 +182,8 @@ class GroupService:
             if rounds > 100_000:
                 raise RuntimeError("group coordinator steps did not settle")
             current = pending.pop()
+            if current.events:
+                self._broker.metrics.counts.group_events(current.events)
             for rid, response in current.responses:
                 fut = self._waiting.get(rid)
                 if fut is not None and not fut.done():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sized
+from time import perf_counter
 from typing import Any, Protocol
 
 from eddy.broker.allocator import tune_malloc
@@ -31,6 +32,7 @@ from eddy.broker.handlers import (
 from eddy.broker.memory_pool import MemoryPool
 from eddy.broker.sender import ResponseWriter
 from eddy.config import BrokerConfig
+from eddy.observe.counters import HotCounters, NullCounters
 from eddy.protocol.apis import SUPPORTED, ApiKey, VersionRange
 from eddy.protocol.codec import (
     Encoded,
@@ -124,6 +126,14 @@ class KafkaServer:
         self._refused_log = LogThrottle(log, logging.WARNING)
         self._dropped_log = LogThrottle(log, logging.INFO)
         self._sweeper: asyncio.Task[None] | None = None
+        metrics = getattr(node, "metrics", None)  # a Broker's (a gateway has none yet)
+        self.counts: HotCounters = NullCounters() if metrics is None else metrics.counts
+        if metrics is not None:
+            metrics.watch_listener("kafka", self)
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._open)
 
     async def start(self) -> int:
         tune_malloc()  # requests of ~1 MB come and go: keep their pages (see allocator.py)
@@ -261,13 +271,17 @@ class KafkaServer:
             raise CloseConnection(
                 f"unsupported API key {raw.api_key} version {raw.api_version}"
             )
+        start = perf_counter()
         try:
-            request = decode_request(frame, key, raw.api_version, client_host)
-        except MalformedRequest as exc:
-            raise CloseConnection(str(exc)) from None
-        body = await self.handlers[key](self.node, request)
-        if body is None:
-            return None
-        if isinstance(body, Encoded):
-            return body.chunks
-        return [encode_response(key, request.api_version, request.correlation_id, body)]
+            try:
+                request = decode_request(frame, key, raw.api_version, client_host)
+            except MalformedRequest as exc:
+                raise CloseConnection(str(exc)) from None
+            body = await self.handlers[key](self.node, request)
+            if body is None:
+                return None
+            if isinstance(body, Encoded):
+                return body.chunks
+            return [encode_response(key, request.api_version, request.correlation_id, body)]
+        finally:
+            self.counts.request(key, perf_counter() - start)

@@ -240,6 +240,7 @@ class TransactionService:
         else:
             await self._persist(self.coordinator.complete(markers.transactional_id, now))
         self._pending_offsets.pop(markers.producer_id, None)
+        self._broker.metrics.counts.transaction_ended(markers.commit)
         if markers.commit:
             for key, value in pending:
                 self._broker.groups.coordinator.replay(key, value)

@@ -114,9 +114,12 @@ async def handle(broker: Broker, req: Request) -> Any:
             if total >= body.min_bytes:
                 break
     topics_out = []
+    counts = broker.metrics.counts
     for ft, row in zip(body.topics, results, strict=True):
         partitions = []
+        sent = 0
         for w, code, data in row:
+            sent += len(data)
             plog = w.plog
             hwm = plog.high_watermark if plog is not None else -1
             lso = broker.producers.last_stable_offset(plog) if plog is not None else -1
@@ -137,6 +140,8 @@ async def handle(broker: Broker, req: Request) -> Any:
                     records=data,
                 )
             )
+        if sent and row[0][0].topic is not None:
+            counts.fetch_sent(row[0][0].topic, sent)
         topics_out.append(
             FetchTopic(getattr(ft, "topic", None), getattr(ft, "topic_id", None), partitions)
         )

@@ -42,6 +42,7 @@ def _append(broker: Broker, plog: PartitionLog, records: bytes | None, version: 
         return duplicate.first_offset, -1
     now = broker.clock.now_ms()
     result = plog.append(data, batches, now)
+    broker.metrics.counts.appended_records(plog.topic, batches.record_count, len(data))
     broker.producers.appended(plog, batches, result.base_offset, now)
     broker.notifier.notify((plog.topic, plog.partition))
     return result.base_offset, result.log_append_time
@@ -102,6 +103,7 @@ async def handle(broker: Broker, req: Request) -> Any:
     results: list[tuple[str, list[tuple[int, ErrorCode, int, int, str | None, int]]]] = []
     to_flush: list[PartitionLog] = []
     record_errors: dict[tuple[str, int], list[tuple[int, str]]] = {}
+    counts = broker.metrics.counts
     for topic_data in body.topic_data:
         name = topic_data.name
         topic = logs.get(name)
@@ -124,6 +126,7 @@ async def handle(broker: Broker, req: Request) -> Any:
                 parts.append((pd.index, ErrorCode.invalid_topic_exception, -1, -1,
                               f"cannot append to internal topic {name}", -1))
                 continue
+            counts.produce_received(name, len(pd.records or b""))
             try:
                 base, append_time = _append(broker, plog, pd.records, version)
             except OSError as exc:  # reading the log (producer state) failed: no fd, I/O
