@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from eddy.broker.broker import Broker, load_cluster_id
 from eddy.broker.cluster_sync import ReplicaSync
@@ -30,6 +31,9 @@ from eddy.mesh.frames import TAG_KAFKA_OP, TAG_TXN_MARKERS
 from eddy.mesh.identity import NodeIdentity
 from eddy.mesh.quic import MeshError, MeshTimeout, PeerUnavailable
 from eddy.mesh.service import MeshService
+
+if TYPE_CHECKING:
+    from eddy.registry.role import RegistryRole
 
 log = logging.getLogger("eddy")
 #: how long a cluster of one waits for its registration and its own topics' import before
@@ -55,6 +59,7 @@ class Node:
     gateway: Gateway | None
     cluster: ClusterService | None = None
     sync: ReplicaSync | None = None
+    registry: RegistryRole | None = None
 
 
 async def start_node(config: BrokerConfig, clock: Clock) -> Node:
@@ -108,7 +113,26 @@ async def start_node(config: BrokerConfig, clock: Clock) -> Node:
         await _start_cluster(cluster, broker, sync)
     if broker is not None:
         broker.start_maintenance()
-    return Node(config, broker, server, mesh, gateway, cluster, sync)
+    registry = await _start_registry(config, broker, gateway)
+    return Node(config, broker, server, mesh, gateway, cluster, sync, registry)
+
+
+async def _start_registry(config: BrokerConfig, broker: Broker | None,
+                          gateway: Gateway | None) -> RegistryRole | None:
+    """The schema registry (registry.listener, on a node with the broker role): a Kafka
+    client of this node's listener. A node alone (or alone in its quorum) waits until the
+    registry has read _schemas before it says it is ready; on a cluster still forming the
+    registry goes on reading in the background."""
+    address = config.registry_address
+    if address is None or broker is None:
+        return None
+    from eddy.registry.role import start_registry  # aiohttp, only when the registry runs
+
+    served = gateway if gateway is not None else broker
+    registry = await start_registry(address[0], address[1], f"{served.host}:{served.port}")
+    if len(config.quorum_voters) <= 1 and not await registry.wait_ready(ALONE_READY_S):
+        log.warning("schema registry not ready within %.0f s: going on", ALONE_READY_S)
+    return registry
 
 
 def _make_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
@@ -164,6 +188,8 @@ async def _start_cluster(cluster: ClusterService, broker: Broker | None,
 
 
 async def stop_node(node: Node) -> None:
+    if node.registry is not None:  # a client of this node: stops before its listener
+        await node.registry.stop()
     await node.server.stop()
     if node.broker is not None and node.broker.groups.store is not None:
         await node.broker.groups.store.stop()

@@ -40,6 +40,8 @@ async def serve(config: BrokerConfig, ready_line: bool = True) -> None:
         "%s", config.node_id, config.process_roles, elapsed_ms, config.listen_address[0],
         served.port, served.host, served.port, config.data_dir, topics,
     )
+    if node.registry is not None:
+        log.info("schema registry on %s (state in topic _schemas)", node.registry.url)
     if node.mesh is not None:
         log.info("mesh on %s (UDP, QUIC), NodeId %s, seeds: %s", node.mesh.mesh_addr,
                  node.mesh.identity.to_base32(), config.mesh_seeds or "none")
@@ -49,6 +51,8 @@ async def serve(config: BrokerConfig, ready_line: bool = True) -> None:
             print(f"EDDY_MESH mesh={node.mesh.mesh_addr} node={node.mesh.key.hex()}",
                   flush=True)
         print(f"EDDY_READY kafka={served.host}:{served.port}", flush=True)
+        if node.registry is not None:
+            print(f"EDDY_REGISTRY url={node.registry.url}", flush=True)
     await stop.wait()
     log.info("shutting down")
     await stop_node(node)

@@ -1,0 +1,305 @@
+"""Confluent Schema Registry's REST resources on aiohttp, mapped onto ``RegistryService``.
+
+``add_api_routes(app, service)`` adds Confluent's paths, methods and query parameters (its
+``SchemasResource``, ``SubjectsResource``, ``SubjectVersionsResource``,
+``CompatibilityResource``, ``ConfigResource``, ``ModeResource`` and ``ContextsResource``);
+``GET /`` comes from ``http_routes``. Bodies are the service's answers as they are (Confluent's
+shapes, nothing added). Parameters are read as JAX-RS reads them: booleans with
+``query_bool``; an integer path or query parameter that does not convert to a Java ``int``
+answers Jersey's ``404 HTTP 404 Not Found``, as Confluent does. Subjects arrive URL-decoded in
+``match_info`` (``a%2Fb`` is the subject ``a/b``).
+
+Paths Confluent has but this registry does not serve (``/schemas/guids``,
+``/subjects/{subject}/metadata``, ``/associations``, ``/dek-registry``, ...) answer 404 like
+any unknown path: confluent-kafka's default subject-name strategy relies on that 404.
+
+The service parses schemas and checks compatibility inline, on the event loop (its parser
+keeps a bounded cache, so a known schema is parsed once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from aiohttp import web
+
+from eddy.registry.contract import RegistryError
+from eddy.registry.http_server import SCHEMA_REGISTRY_V1_JSON, json_response, query_bool, read_json
+from eddy.registry.requests import SchemaRequest
+from eddy.registry.service import RegistryService
+
+_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+_T = TypeVar("_T")
+RouteHandler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def not_found() -> RegistryError:
+    """Jersey's answer to a path or query parameter that does not convert (and to no route)."""
+    return RegistryError(404, 404, "HTTP 404 Not Found")
+
+
+def _to_int(raw: str) -> int:
+    """A Java ``int`` as JAX-RS converts one (``Integer.valueOf``), else Jersey's 404."""
+    text = raw
+    digits = text[1:] if text[:1] in ("-", "+") else text
+    if not digits or not digits.isascii() or not digits.isdigit() or len(digits) > 10:
+        raise not_found()
+    value = int(text, 10)
+    if not _INT_MIN <= value <= _INT_MAX:
+        raise not_found()
+    return value
+
+
+def query_int(request: web.Request, name: str, default: int) -> int:
+    """An integer query parameter (absent or empty: ``default``)."""
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    return _to_int(raw)
+
+
+def query_str(request: web.Request, name: str) -> str | None:
+    """A string query parameter; empty reads as absent."""
+    value = request.query.get(name)
+    return value if value else None
+
+
+def paged(items: list[_T], request: web.Request) -> list[_T]:
+    """``offset`` and ``limit`` (negative or absent: no limit) applied to a list."""
+    offset = max(query_int(request, "offset", 0), 0)
+    limit = query_int(request, "limit", -1)
+    items = items[offset:]
+    return items if limit < 0 else items[:limit]
+
+
+def text_response(text: str) -> web.Response:
+    """A schema's text as the body itself (``.../schema``), in the negotiated JSON type as
+    Confluent sends it."""
+    return web.Response(body=text.encode(), content_type=SCHEMA_REGISTRY_V1_JSON)
+
+
+class RegistryApi:
+    """The handlers of Confluent's REST API over one service."""
+
+    def __init__(self, service: RegistryService) -> None:
+        self.service = service
+
+    @staticmethod
+    def _subject(request: web.Request) -> str:
+        return request.match_info["subject"]
+
+    @staticmethod
+    def _schema_id(request: web.Request) -> int:
+        return _to_int(request.match_info["id"])
+
+    @staticmethod
+    async def _schema_request(request: web.Request) -> SchemaRequest:
+        return SchemaRequest.from_body(await read_json(request))
+
+    # -- /schemas --------------------------------------------------------------------------------
+
+    async def list_schemas(self, request: web.Request) -> web.Response:
+        """GET /schemas?subjectPrefix&deleted&latestOnly&offset&limit."""
+        return json_response(await self.service.list_schemas(
+            query_str(request, "subjectPrefix"), query_bool(request, "deleted"),
+            query_bool(request, "latestOnly"), max(query_int(request, "offset", 0), 0),
+            query_int(request, "limit", -1)))
+
+    async def schema_types(self, request: web.Request) -> web.Response:
+        """GET /schemas/types."""
+        return json_response(self.service.schema_types())
+
+    async def schema_by_id(self, request: web.Request) -> web.Response:
+        """GET /schemas/ids/{id}?subject&format&referenceFormat&fetchMaxId."""
+        schema_id = self._schema_id(request)
+        answer = await self.service.schema_by_id(schema_id, query_str(request, "subject"),
+                                                 query_str(request, "format"))
+        if query_bool(request, "fetchMaxId"):
+            answer["maxId"] = self.service.state.max_id
+        return json_response(answer)
+
+    async def schema_text_by_id(self, request: web.Request) -> web.Response:
+        """GET /schemas/ids/{id}/schema?subject&format: the schema text as the body."""
+        schema_id = self._schema_id(request)
+        return text_response(await self.service.schema_text_by_id(
+            schema_id, query_str(request, "subject"), query_str(request, "format")))
+
+    async def subjects_for_id(self, request: web.Request) -> web.Response:
+        """GET /schemas/ids/{id}/subjects?subject&deleted."""
+        schema_id = self._schema_id(request)
+        return json_response(await self.service.subjects_for_id(
+            schema_id, query_bool(request, "deleted")))
+
+    async def versions_for_id(self, request: web.Request) -> web.Response:
+        """GET /schemas/ids/{id}/versions?subject&deleted."""
+        schema_id = self._schema_id(request)
+        return json_response(await self.service.versions_for_id(
+            schema_id, query_bool(request, "deleted")))
+
+    # -- /subjects -------------------------------------------------------------------------------
+
+    async def list_subjects(self, request: web.Request) -> web.Response:
+        """GET /subjects?subjectPrefix&deleted&deletedOnly&offset&limit."""
+        names = await self.service.list_subjects(
+            query_str(request, "subjectPrefix"), query_bool(request, "deleted"),
+            query_bool(request, "deletedOnly"))
+        return json_response(paged(names, request))
+
+    async def register(self, request: web.Request) -> web.Response:
+        """POST /subjects/{subject}/versions?normalize: ``{"id": id}``."""
+        subject = self._subject(request)
+        normalize = query_bool(request, "normalize")
+        body = await self._schema_request(request)
+        return json_response(await self.service.register(subject, body, normalize=normalize))
+
+    async def lookup(self, request: web.Request) -> web.Response:
+        """POST /subjects/{subject}?normalize&deleted: the version holding the schema."""
+        subject = self._subject(request)
+        normalize, deleted = query_bool(request, "normalize"), query_bool(request, "deleted")
+        body = await self._schema_request(request)
+        return json_response(await self.service.lookup(subject, body, normalize=normalize,
+                                                       deleted=deleted))
+
+    async def delete_subject(self, request: web.Request) -> web.Response:
+        """DELETE /subjects/{subject}?permanent: the versions deleted."""
+        return json_response(await self.service.delete_subject(
+            self._subject(request), query_bool(request, "permanent")))
+
+    async def list_versions(self, request: web.Request) -> web.Response:
+        """GET /subjects/{subject}/versions?deleted&deletedOnly&offset&limit."""
+        versions = await self.service.list_versions(
+            self._subject(request), query_bool(request, "deleted"),
+            query_bool(request, "deletedOnly"))
+        return json_response(paged(versions, request))
+
+    async def get_version(self, request: web.Request) -> web.Response:
+        """GET /subjects/{subject}/versions/{version}?deleted&format&referenceFormat."""
+        return json_response(await self.service.get_version(
+            self._subject(request), request.match_info["version"],
+            query_bool(request, "deleted"), query_str(request, "format")))
+
+    async def get_version_schema(self, request: web.Request) -> web.Response:
+        """GET /subjects/{subject}/versions/{version}/schema?deleted&format."""
+        return text_response(await self.service.get_version_schema(
+            self._subject(request), request.match_info["version"],
+            query_bool(request, "deleted"), query_str(request, "format")))
+
+    async def delete_version(self, request: web.Request) -> web.Response:
+        """DELETE /subjects/{subject}/versions/{version}?permanent: the version deleted."""
+        return json_response(await self.service.delete_version(
+            self._subject(request), request.match_info["version"],
+            query_bool(request, "permanent")))
+
+    async def referenced_by(self, request: web.Request) -> web.Response:
+        """GET /subjects/{subject}/versions/{version}/referencedby?offset&limit."""
+        ids = await self.service.referenced_by(self._subject(request),
+                                               request.match_info["version"])
+        return json_response(paged(ids, request))
+
+    # -- /compatibility --------------------------------------------------------------------------
+
+    async def _compatibility(self, request: web.Request, version: str | None) -> web.Response:
+        subject = self._subject(request)
+        verbose, normalize = query_bool(request, "verbose"), query_bool(request, "normalize")
+        body = await self._schema_request(request)
+        return json_response(await self.service.check_compatibility(
+            subject, version, body, verbose=verbose, normalize=normalize))
+
+    async def compatibility_version(self, request: web.Request) -> web.Response:
+        """POST /compatibility/subjects/{subject}/versions/{version}?verbose&normalize."""
+        return await self._compatibility(request, request.match_info["version"])
+
+    async def compatibility_all(self, request: web.Request) -> web.Response:
+        """POST /compatibility/subjects/{subject}/versions?verbose&normalize."""
+        return await self._compatibility(request, None)
+
+    # -- /config and /mode -----------------------------------------------------------------------
+
+    @staticmethod
+    def _scope(request: web.Request) -> str | None:
+        return request.match_info.get("subject")
+
+    async def get_config(self, request: web.Request) -> web.Response:
+        """GET /config and /config/{subject}?defaultToGlobal."""
+        return json_response(await self.service.get_config(
+            self._scope(request), query_bool(request, "defaultToGlobal")))
+
+    async def set_config(self, request: web.Request) -> web.Response:
+        """PUT /config and /config/{subject}: the request echoed."""
+        scope = self._scope(request)
+        return json_response(await self.service.set_config(scope, await read_json(request)))
+
+    async def delete_config(self, request: web.Request) -> web.Response:
+        """DELETE /config and /config/{subject}: the config that was in force."""
+        return json_response(await self.service.delete_config(self._scope(request)))
+
+    async def get_mode(self, request: web.Request) -> web.Response:
+        """GET /mode and /mode/{subject}?defaultToGlobal."""
+        return json_response(await self.service.get_mode(
+            self._scope(request), query_bool(request, "defaultToGlobal")))
+
+    async def set_mode(self, request: web.Request) -> web.Response:
+        """PUT /mode and /mode/{subject}?force: the request echoed."""
+        scope, force = self._scope(request), query_bool(request, "force")
+        body = await read_json(request)
+        return json_response(await self.service.set_mode(scope, body, force=force))
+
+    async def delete_mode(self, request: web.Request) -> web.Response:
+        """DELETE /mode and /mode/{subject}: the mode that was set."""
+        return json_response(await self.service.delete_mode(self._scope(request)))
+
+    # -- /contexts -------------------------------------------------------------------------------
+
+    async def contexts(self, request: web.Request) -> web.Response:
+        """GET /contexts?offset&limit."""
+        return json_response(paged(self.service.contexts(), request))
+
+    # -- the table -------------------------------------------------------------------------------
+
+    def routes(self) -> list[tuple[str, str, RouteHandler]]:
+        """(method, path, handler) for every route, in Confluent's resources' order."""
+        subject = "/subjects/{subject}"
+        version = subject + "/versions/{version}"
+        ids = "/schemas/ids/{id}"
+        return [
+            ("GET", "/schemas", self.list_schemas),
+            ("GET", "/schemas/types", self.schema_types),
+            ("GET", ids, self.schema_by_id),
+            ("GET", ids + "/schema", self.schema_text_by_id),
+            ("GET", ids + "/subjects", self.subjects_for_id),
+            ("GET", ids + "/versions", self.versions_for_id),
+            ("GET", "/subjects", self.list_subjects),
+            ("POST", subject, self.lookup),
+            ("DELETE", subject, self.delete_subject),
+            ("GET", subject + "/versions", self.list_versions),
+            ("POST", subject + "/versions", self.register),
+            ("GET", version, self.get_version),
+            ("DELETE", version, self.delete_version),
+            ("GET", version + "/schema", self.get_version_schema),
+            ("GET", version + "/referencedby", self.referenced_by),
+            ("POST", "/compatibility" + version, self.compatibility_version),
+            ("POST", "/compatibility" + subject + "/versions", self.compatibility_all),
+            ("GET", "/config", self.get_config),
+            ("PUT", "/config", self.set_config),
+            ("DELETE", "/config", self.delete_config),
+            ("GET", "/config/{subject}", self.get_config),
+            ("PUT", "/config/{subject}", self.set_config),
+            ("DELETE", "/config/{subject}", self.delete_config),
+            ("GET", "/mode", self.get_mode),
+            ("PUT", "/mode", self.set_mode),
+            ("DELETE", "/mode", self.delete_mode),
+            ("GET", "/mode/{subject}", self.get_mode),
+            ("PUT", "/mode/{subject}", self.set_mode),
+            ("DELETE", "/mode/{subject}", self.delete_mode),
+            ("GET", "/contexts", self.contexts),
+        ]
+
+
+def add_api_routes(app: web.Application, service: object) -> None:
+    """Confluent's REST API on ``service`` (a ``RegistryService``), every route but ``GET /``."""
+    if not isinstance(service, RegistryService):
+        raise TypeError(f"a RegistryService is needed, not {type(service).__name__}")
+    api = RegistryApi(service)
+    for method, path, handler in api.routes():
+        app.router.add_route(method, path, handler)

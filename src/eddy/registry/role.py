@@ -1,0 +1,124 @@
+"""The registry role in ``eddy serve``: the HTTP listener and the ``_schemas`` log, on the
+node's event loop, as a Kafka client of the node itself (so it works the same on a cluster).
+
+The listener is bound at once (its port is known for the startup line); the log is read in
+the background, retried until the topic serves (a cluster still forming, say). Until the
+topic is replayed, every route but ``GET /`` answers 50004, as a Confluent registry that
+knows no leader yet. Without the registry's core (``eddy.registry.service``), only
+``GET /`` is served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from eddy.registry.contract import UNKNOWN_LEADER, RegistryError
+from eddy.registry.http_routes import add_routes
+from eddy.registry.http_server import Handler, RegistryServer
+from eddy.registry.kafka_log import KafkaSchemaLog, SchemaTopicError
+
+log = logging.getLogger("eddy.registry")
+
+#: the wait between two tries at reading ``_schemas`` (doubling up to the second)
+RETRY_S = (0.5, 15.0)
+
+
+def _load_core() -> tuple[Any, Any] | None:
+    """The registry's state and service classes, when that part is installed."""
+    try:
+        service = importlib.import_module("eddy.registry.service")
+        state = importlib.import_module("eddy.registry.state")
+    except ImportError as exc:
+        log.warning("registry: no schema registry service (%s): serving GET / only", exc)
+        return None
+    return state.SchemaState, service.RegistryService
+
+
+class RegistryRole:
+    """The running registry of a node."""
+
+    def __init__(self, host: str, port: int, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.ready = asyncio.Event()
+        self.log: KafkaSchemaLog | None = None
+        self.service: object | None = None
+        core = _load_core()
+        if core is not None:
+            state_class, service_class = core
+            state = state_class()
+            self.log = KafkaSchemaLog(bootstrap, state.apply)
+            self.service = service_class(self.log, state)
+        self.server = RegistryServer(host, port, self._add_routes)
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def _add_routes(self, app: web.Application) -> None:
+        add_routes(app, self.service)
+        app.middlewares.append(self._gate)
+
+    @web.middleware
+    async def _gate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not self.ready.is_set() and request.path != "/":
+            raise RegistryError(500, UNKNOWN_LEADER,
+                                "Schema registry is starting: the _schemas topic is not "
+                                "read yet")
+        return await handler(request)
+
+    async def start(self) -> None:
+        """Bind the listener and start reading ``_schemas`` in the background."""
+        await self.server.start()
+        if self.log is None:
+            self.ready.set()
+            return
+        self._task = asyncio.get_running_loop().create_task(self._open_log(self.log),
+                                                            name="registry-schemas")
+
+    async def _open_log(self, schema_log: KafkaSchemaLog) -> None:
+        delay = RETRY_S[0]
+        while True:
+            try:
+                await schema_log.start()
+            except (SchemaTopicError, RegistryError) as exc:
+                log.error("registry: cannot serve from %s yet: %s (retrying in %.1f s)",
+                          schema_log.topic, exc, delay)
+            except Exception:
+                log.exception("registry: reading %s failed (retrying in %.1f s)",
+                              schema_log.topic, delay)
+            else:
+                self.ready.set()
+                log.info("schema registry ready on %s", self.url)
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_S[1])
+
+    async def wait_ready(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the registry to serve; whether it does."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.ready.wait(), timeout_s)
+        return self.ready.is_set()
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.server.stop()
+        if self.log is not None:
+            await self.log.stop()
+
+
+async def start_registry(host: str, port: int, bootstrap: str) -> RegistryRole:
+    """A node's registry on HOST:PORT (0: any free port), a client of ``bootstrap``."""
+    role = RegistryRole(host, port, bootstrap)
+    await role.start()
+    return role
