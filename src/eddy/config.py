@@ -244,6 +244,13 @@ class BrokerConfig(BaseModel):
         "state in the topic _schemas), served by a node with the broker role; port 0: any "
         "free port; empty: no registry",
     )
+    admin_listener: str = Field(
+        "", alias="admin.listener",
+        description="HOST:PORT of the HTTP admin listener (/metrics for Prometheus, "
+        "/health/live, /health/ready), served by a node with the broker role; port 0: any "
+        "free port; empty: off (the default for now; 127.0.0.1:9644 is its documented "
+        "place)",
+    )
     controller_quorum_voters: str = Field(
         "", alias="controller.quorum.voters",
         description="ID@HOST:PORT list of the metadata quorum's voters (HOST:PORT: their mesh "
@@ -278,6 +285,13 @@ class BrokerConfig(BaseModel):
     def _registry_host_port(cls, v: str) -> str:
         if v.strip():
             parse_host_port(v.strip(), "registry.listener")
+        return v.strip()
+
+    @field_validator("admin_listener")
+    @classmethod
+    def _admin_host_port(cls, v: str) -> str:
+        if v.strip():
+            parse_host_port(v.strip(), "admin.listener")
         return v.strip()
 
     @field_validator("mesh_seeds")
@@ -431,6 +445,13 @@ class BrokerConfig(BaseModel):
         if not self.registry_listener:
             return None
         return parse_host_port(self.registry_listener, "registry.listener")
+
+    @property
+    def admin_address(self) -> tuple[str, int] | None:
+        """Where the HTTP admin listener listens (None: off)."""
+        if not self.admin_listener:
+            return None
+        return parse_host_port(self.admin_listener, "admin.listener")
 
     @property
     def listen_address(self) -> tuple[str, int]:

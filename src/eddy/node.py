@@ -33,6 +33,7 @@ from eddy.mesh.quic import MeshError, MeshTimeout, PeerUnavailable
 from eddy.mesh.service import MeshService
 
 if TYPE_CHECKING:
+    from eddy.observe.admin_http import AdminServer
     from eddy.registry.role import RegistryRole
 
 log = logging.getLogger("eddy")
@@ -60,6 +61,7 @@ class Node:
     cluster: ClusterService | None = None
     sync: ReplicaSync | None = None
     registry: RegistryRole | None = None
+    admin: AdminServer | None = None
 
 
 async def start_node(config: BrokerConfig, clock: Clock) -> Node:
@@ -114,7 +116,26 @@ async def start_node(config: BrokerConfig, clock: Clock) -> Node:
     if broker is not None:
         broker.start_maintenance()
     registry = await _start_registry(config, broker, gateway)
-    return Node(config, broker, server, mesh, gateway, cluster, sync, registry)
+    started = Node(config, broker, server, mesh, gateway, cluster, sync, registry)
+    started.admin = await _start_admin(started)
+    return started
+
+
+async def _start_admin(node: Node) -> AdminServer | None:
+    """The HTTP admin listener (admin.listener, on a node with the broker role): /metrics
+    and the health checks. A listener that cannot start stops the node."""
+    address = node.config.admin_address
+    if address is None or node.broker is None:
+        return None
+    from eddy.observe.admin_http import AdminServer  # aiohttp, only when the listener runs
+
+    admin = AdminServer(address[0], address[1], node)
+    try:
+        await admin.start()
+    except BaseException:
+        await stop_node(node)
+        raise
+    return admin
 
 
 async def _start_registry(config: BrokerConfig, broker: Broker | None,
@@ -188,6 +209,8 @@ async def _start_cluster(cluster: ClusterService, broker: Broker | None,
 
 
 async def stop_node(node: Node) -> None:
+    if node.admin is not None:  # scrapes and probes end first
+        await node.admin.stop()
     if node.registry is not None:  # a client of this node: stops before its listener
         await node.registry.stop()
     await node.server.stop()

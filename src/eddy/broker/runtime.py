@@ -40,6 +40,8 @@ async def serve(config: BrokerConfig, ready_line: bool = True) -> None:
         "%s", config.node_id, config.process_roles, elapsed_ms, config.listen_address[0],
         served.port, served.host, served.port, config.data_dir, topics,
     )
+    if node.admin is not None:
+        log.info("admin on %s (/metrics, /health/live, /health/ready)", node.admin.url)
     if node.registry is not None:
         log.info("schema registry on %s (state in topic _schemas)", node.registry.url)
     if node.mesh is not None:
@@ -51,6 +53,8 @@ async def serve(config: BrokerConfig, ready_line: bool = True) -> None:
             print(f"EDDY_MESH mesh={node.mesh.mesh_addr} node={node.mesh.key.hex()}",
                   flush=True)
         print(f"EDDY_READY kafka={served.host}:{served.port}", flush=True)
+        if node.admin is not None:
+            print(f"EDDY_ADMIN url={node.admin.url}", flush=True)
         if node.registry is not None:
             print(f"EDDY_REGISTRY url={node.registry.url}", flush=True)
     await stop.wait()

@@ -1,0 +1,167 @@
+"""The HTTP admin listener (issue 17, ``admin.listener``) of a node with the broker role, on
+aiohttp and the node's event loop:
+
+- ``GET /metrics``: the broker's Prometheus metrics (``BrokerMetrics.render``), in the text
+  format 0.0.4, or in OpenMetrics 1.0.0 when the Accept header asks for it;
+- ``GET /health/live``: 200 ``{"status": "live"}`` while the process serves;
+- ``GET /health/ready``: 200 ``{"status": "ready", "checks": {...}}`` once the node may take
+  clients' requests, else 503 ``{"status": "not ready", "missing": {check: why}, ...}``;
+- any other path 404, another method on a known path 405 (JSON bodies). ``/`` stays free
+  for the web console.
+
+Readiness (``readiness``): the broker's logs are recovered (``Broker.load``, which runs
+before any listener starts, so a listening node has them) and, on a cluster (metadata in
+Raft), this node's metadata is caught up: the broker is registered with the controller
+(``ClusterService.registered``, with a live broker epoch), and its replica of the metadata
+group knows a leader, has applied everything it knows to be committed, and holds this
+broker's own registration.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from eddy.observe.metrics import wants_openmetrics
+
+if TYPE_CHECKING:
+    from eddy.node import Node
+
+log = logging.getLogger("eddy.admin")
+
+#: requests are GETs: a body is never read, and anything larger is refused by aiohttp
+MAX_BODY = 64 * 1024
+JSON = "application/json"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    body = json.dumps(data, separators=(",", ":")).encode()
+    return web.Response(body=body, status=status, content_type=JSON)
+
+
+def readiness(node: Node) -> dict[str, str | None]:
+    """Each readiness check of ``node`` mapped to why it fails (None: it passes)."""
+    checks: dict[str, str | None] = {
+        # Broker.load recovers the logs before start_node starts any listener
+        "log_recovery": None if node.broker is not None else "no broker on this node",
+    }
+    cluster = node.cluster
+    if cluster is None:
+        return checks
+    broker_role = node.broker is not None and cluster.agent is not None
+    if broker_role:
+        agent = cluster.agent
+        if not cluster.registered.is_set():
+            checks["registered"] = "not registered with the controller yet"
+        elif agent is not None and agent.epoch == 0:
+            checks["registered"] = "registering again with the controller"
+        else:
+            checks["registered"] = None
+    checks["metadata"] = _metadata_lag(node)
+    return checks
+
+
+def _metadata_lag(node: Node) -> str | None:
+    """Why this node's metadata replica is not caught up (None: it is)."""
+    cluster = node.cluster
+    assert cluster is not None
+    driver = cluster.metadata
+    if driver is None or driver.node is None:
+        return "metadata group not started"
+    status = driver.status()
+    if status.leader == 0:
+        return "no metadata leader known"
+    if status.applied_index < status.commit_index:
+        return (f"metadata replica applied up to {status.applied_index} of "
+                f"{status.commit_index} committed")
+    if node.broker is not None and cluster.agent is not None \
+            and cluster.state.broker(cluster.node_id) is None:
+        return "this broker's registration is not in the metadata replica yet"
+    return None
+
+
+@web.middleware
+async def _admin_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    match = request.match_info
+    if match.http_exception is not None:  # no route: 404, or 405 with the methods allowed
+        exc = match.http_exception
+        refused = json_response({"error": exc.reason, "path": request.path[:200]},
+                                exc.status)
+        if "Allow" in exc.headers:
+            refused.headers["Allow"] = exc.headers["Allow"]
+        return refused
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        return json_response({"error": exc.reason}, exc.status)
+    except Exception:
+        log.exception("admin: %s %s failed", request.method, request.path)
+        return json_response({"error": "Internal Server Error"}, 500)
+
+
+class AdminServer:
+    """The admin listener of ``node`` (a node with a broker) on the running event loop."""
+
+    def __init__(self, host: str, port: int, node: Node) -> None:
+        if node.broker is None:
+            raise ValueError("node: the admin listener needs a node with the broker role")
+        self.host = host
+        self.port = port  # the bound port once started (0 asks for any free port)
+        self.node = node
+        self.app = web.Application(middlewares=[_admin_middleware], client_max_size=MAX_BODY)
+        self.app.router.add_get("/metrics", self._metrics)
+        self.app.router.add_get("/health/live", self._live)
+        self.app.router.add_get("/health/ready", self._ready)
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        runner = web.AppRunner(self.app, handle_signals=False, access_log=None,
+                               keepalive_timeout=75.0, shutdown_timeout=5.0)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        addresses = runner.addresses
+        if addresses:
+            self.port = int(addresses[0][1])
+
+    async def stop(self) -> None:
+        """Close the listener and its connections (scrapes in flight get a short grace)."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        broker = self.node.broker
+        assert broker is not None  # checked in __init__
+        body, content_type = broker.metrics.render(
+            wants_openmetrics(request.headers.get("Accept")))
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def _live(self, _request: web.Request) -> web.Response:
+        return json_response({"status": "live"})
+
+    async def _ready(self, _request: web.Request) -> web.Response:
+        checks = readiness(self.node)
+        missing = {name: why for name, why in checks.items() if why is not None}
+        passed = {name: why is None for name, why in checks.items()}
+        if missing:
+            return json_response({"status": "not ready", "node_id": self.node.config.node_id,
+                                  "missing": missing, "checks": passed}, 503)
+        return json_response({"status": "ready", "node_id": self.node.config.node_id,
+                              "checks": passed})
