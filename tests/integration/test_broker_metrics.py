@@ -10,8 +10,6 @@ the counts, the lag in records and seconds, requests per API, log sizes and Raft
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,15 +18,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from inprocess_node import InProcessNode
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as parse_openmetrics,
 )
 from prometheus_client.parser import text_string_to_metric_families
-
-from eddy.clock import WallClock
-from eddy.config import load_config
-from eddy.node import Node, start_node, stop_node
 
 TIMEOUT = 20
 TOPIC = "metrics-orders"
@@ -41,37 +36,8 @@ COMMITTED = {0: 30, 1: 40}
 AGE_MS = 60_000
 
 
-class LocalNode:
-    """A node started by ``eddy.node.start_node`` on an event loop thread of its own."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.config = load_config(env={}, overrides={
-            "node_id": 1, "data_dir": str(data_dir), "listen": "127.0.0.1:0",
-            "process.roles": "broker,controller"})
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.node: Node | None = None
-
-    def run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
-
-    def start(self) -> LocalNode:
-        self.thread.start()
-        self.node = self.run(start_node(self.config, WallClock()))
-        return self
-
-    def stop(self) -> None:
-        try:
-            if self.node is not None:
-                self.run(stop_node(self.node))
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(10)
-
-    @property
-    def bootstrap(self) -> str:
-        assert self.node is not None and self.node.broker is not None
-        return f"127.0.0.1:{self.node.broker.port}"
+class LocalNode(InProcessNode):
+    """A cluster of one in this process whose metrics the test renders on its loop."""
 
     def scrape(self, openmetrics: bool = False) -> tuple[dict[str, Metric], str]:
         """One render on the broker's loop, parsed back."""

@@ -12,8 +12,6 @@ metadata.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -34,6 +32,7 @@ from confluent_kafka.admin import (
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
+from inprocess_node import InProcessNode
 from kafka.admin import (
     ACLFilter,
     ACLOperation,
@@ -46,47 +45,15 @@ from kafka.admin import ResourceType as KpResourceType
 from kafka.errors import SecurityDisabledError
 
 from eddy.broker.handlers.users import describe
-from eddy.clock import WallClock
 from eddy.cluster.metadata.records import ScramCredential
 from eddy.cluster.scram import derive_keys, mechanism, salted_password
-from eddy.config import load_config
-from eddy.node import Node, start_node, stop_node
 
 TIMEOUT = 20
 SHA256, SHA512 = ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512
 
 
-class InProcessNode:
-    """A node started by ``eddy.node.start_node`` on its own event loop thread."""
-
-    def __init__(self, data_dir: Path, roles: str) -> None:
-        self.config = load_config(env={}, overrides={
-            "node_id": 1, "data_dir": str(data_dir), "listen": "127.0.0.1:0",
-            "process.roles": roles})
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.node: Node | None = None
-
-    def run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
-
-    def start(self) -> InProcessNode:
-        self.thread.start()
-        self.node = self.run(start_node(self.config, WallClock()))
-        return self
-
-    def stop(self) -> None:
-        try:
-            if self.node is not None:
-                self.run(stop_node(self.node))
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(10)
-
-    @property
-    def bootstrap(self) -> str:
-        assert self.node is not None and self.node.broker is not None
-        return f"127.0.0.1:{self.node.broker.port}"
+class ScramNode(InProcessNode):
+    """A node in this process whose replica of the metadata the test reads."""
 
     def describe(self, users: list[str] | None) -> Any:
         """The DescribeUserScramCredentials answer from this node's replica."""
@@ -105,8 +72,8 @@ class InProcessNode:
 
 
 @pytest.fixture
-def cluster_of_one(tmp_path: Path) -> Iterator[InProcessNode]:
-    node = InProcessNode(tmp_path / "alone", "broker,controller").start()
+def cluster_of_one(tmp_path: Path) -> Iterator[ScramNode]:
+    node = ScramNode(tmp_path / "alone", "broker,controller").start()
     try:
         yield node
     finally:
@@ -147,7 +114,7 @@ def file_bytes(root: Path) -> list[bytes]:
 
 
 def test_users_are_created_described_updated_and_deleted(
-        cluster_of_one: InProcessNode) -> None:
+        cluster_of_one: ScramNode) -> None:
     node = cluster_of_one
     admin = AdminClient({"bootstrap.servers": node.bootstrap})
 
@@ -201,7 +168,7 @@ def test_users_are_created_described_updated_and_deleted(
             assert salted not in data
 
 
-def test_refusals_have_kafkas_codes(cluster_of_one: InProcessNode) -> None:
+def test_refusals_have_kafkas_codes(cluster_of_one: ScramNode) -> None:
     admin = AdminClient({"bootstrap.servers": cluster_of_one.bootstrap})
 
     for iterations, word in ((100, "few"), (20000, "many")):
@@ -235,7 +202,7 @@ def test_refusals_have_kafkas_codes(cluster_of_one: InProcessNode) -> None:
         ("erin", KafkaError.DUPLICATE_RESOURCE, []), ("dave", 0, [(1, 4096)])]
 
 
-def test_acl_apis_answer_security_disabled(cluster_of_one: InProcessNode) -> None:
+def test_acl_apis_answer_security_disabled(cluster_of_one: ScramNode) -> None:
     admin = AdminClient({"bootstrap.servers": cluster_of_one.bootstrap})
     binding = AclBinding(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL,
                          "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)

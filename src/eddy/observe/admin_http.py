@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from eddy.http.listener import HttpListener
 from eddy.observe.metrics import wants_openmetrics
 
 if TYPE_CHECKING:
@@ -105,46 +106,18 @@ async def _admin_middleware(request: web.Request, handler: Handler) -> web.Strea
         return json_response({"error": "Internal Server Error"}, 500)
 
 
-class AdminServer:
+class AdminServer(HttpListener):
     """The admin listener of ``node`` (a node with a broker) on the running event loop."""
 
     def __init__(self, host: str, port: int, node: Node) -> None:
         if node.broker is None:
             raise ValueError("node: the admin listener needs a node with the broker role")
-        self.host = host
-        self.port = port  # the bound port once started (0 asks for any free port)
+        app = web.Application(middlewares=[_admin_middleware], client_max_size=MAX_BODY)
+        super().__init__(host, port, app)
         self.node = node
-        self.app = web.Application(middlewares=[_admin_middleware], client_max_size=MAX_BODY)
-        self.app.router.add_get("/metrics", self._metrics)
-        self.app.router.add_get("/health/live", self._live)
-        self.app.router.add_get("/health/ready", self._ready)
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-    async def start(self) -> None:
-        runner = web.AppRunner(self.app, handle_signals=False, access_log=None,
-                               keepalive_timeout=75.0, shutdown_timeout=5.0)
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        addresses = runner.addresses
-        if addresses:
-            self.port = int(addresses[0][1])
-
-    async def stop(self) -> None:
-        """Close the listener and its connections (scrapes in flight get a short grace)."""
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/health/live", self._live)
+        app.router.add_get("/health/ready", self._ready)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         broker = self.node.broker

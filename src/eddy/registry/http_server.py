@@ -28,6 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
+from eddy.http.listener import HttpListener
 from eddy.registry.contract import RegistryError
 
 log = logging.getLogger("eddy.registry")
@@ -235,38 +236,9 @@ def make_app(add_routes: AddRoutes, max_body: int = DEFAULT_MAX_BODY) -> web.App
     return app
 
 
-class RegistryServer:
+class RegistryServer(HttpListener):
     """The registry's HTTP listener on the running event loop (keep-alive connections)."""
 
     def __init__(self, host: str, port: int, add_routes: AddRoutes, *,
                  max_body: int = DEFAULT_MAX_BODY) -> None:
-        self.host = host
-        self.port = port  # the bound port once started (0 asks for any free port)
-        self.app = make_app(add_routes, max_body)
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-    async def start(self) -> None:
-        runner = web.AppRunner(self.app, handle_signals=False, access_log=None,
-                               keepalive_timeout=75.0)
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        addresses = runner.addresses
-        if addresses:
-            self.port = int(addresses[0][1])
-
-    async def stop(self) -> None:
-        """Close the listener and every connection (requests in flight get a short grace)."""
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
+        super().__init__(host, port, make_app(add_routes, max_body))

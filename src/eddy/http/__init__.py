@@ -1,0 +1,1 @@
+"""Eddy's HTTP listeners (aiohttp, the one HTTP framework): what they share."""
