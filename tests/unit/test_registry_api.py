@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from test_registry_service import record
 
 from eddy.registry.http_routes import add_routes
 from eddy.registry.http_server import make_app
@@ -85,16 +86,6 @@ def run(scenario: Scenario) -> Any:
     return asyncio.run(main())
 
 
-def record(name: str, *fields: str) -> str:
-    """An Avro record with string fields; ``name=default`` gives the field a default."""
-    out = []
-    for spec in fields:
-        field, _, default = spec.partition("=")
-        entry: dict[str, Any] = {"name": field, "type": "string"}
-        if default:
-            entry["default"] = default
-        out.append(entry)
-    return json.dumps({"type": "record", "name": name, "fields": out})
 
 
 V1_SCHEMA = record("R", "a")

@@ -194,32 +194,31 @@ def formatted(parsed: ParsedSchema, fmt: str | None, stored: str) -> str:
     return stored
 
 
-def entity(entry: VersionEntry, schema: str | None = None) -> dict[str, Any]:
-    """Confluent's Schema entity: subject, version, id, schemaType (not for AVRO),
-    references, metadata and ruleSet (when present), schema."""
-    out: dict[str, Any] = {"subject": entry.subject, "version": entry.version, "id": entry.id}
-    if entry.schema_type != AVRO:
-        out["schemaType"] = entry.schema_type
+def _optional(entry: VersionEntry) -> dict[str, Any]:
+    """A version's references, metadata and ruleSet, each only when present."""
+    out: dict[str, Any] = {}
     if entry.references:
         out["references"] = [r.to_json() for r in entry.references]
     if entry.metadata is not None:
         out["metadata"] = entry.metadata
     if entry.rule_set is not None:
         out["ruleSet"] = entry.rule_set
-    out["schema"] = entry.schema if schema is None else schema
     return out
+
+
+def _schema_type(entry: VersionEntry) -> dict[str, Any]:
+    return {} if entry.schema_type == AVRO else {"schemaType": entry.schema_type}
+
+
+def entity(entry: VersionEntry, schema: str | None = None) -> dict[str, Any]:
+    """Confluent's Schema entity: subject, version, id, schemaType (not for AVRO),
+    references, metadata and ruleSet (when present), schema."""
+    return {"subject": entry.subject, "version": entry.version, "id": entry.id,
+            **_schema_type(entry), **_optional(entry),
+            "schema": entry.schema if schema is None else schema}
 
 
 def schema_string(entry: VersionEntry, schema: str | None = None) -> dict[str, Any]:
     """Confluent's SchemaString (``GET /schemas/ids/{id}``)."""
-    out: dict[str, Any] = {}
-    if entry.schema_type != AVRO:
-        out["schemaType"] = entry.schema_type
-    out["schema"] = entry.schema if schema is None else schema
-    if entry.references:
-        out["references"] = [r.to_json() for r in entry.references]
-    if entry.metadata is not None:
-        out["metadata"] = entry.metadata
-    if entry.rule_set is not None:
-        out["ruleSet"] = entry.rule_set
-    return out
+    return {**_schema_type(entry), "schema": entry.schema if schema is None else schema,
+            **_optional(entry)}
