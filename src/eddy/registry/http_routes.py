@@ -1,14 +1,15 @@
 """The schema registry's route table: Confluent's REST API paths on the service.
 
 ``add_routes(app, service)`` fills an aiohttp application made by
-``eddy.registry.http_server.make_app``. With no service (the registry's core is not
-available) only ``GET /`` is served; every other path answers Confluent's 404.
+``eddy.registry.http_server.make_app``. With no service (the plumbing's own tests) only
+``GET /`` is served; every other path answers Confluent's 404.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
+from eddy.registry.http_api import add_api_routes
 from eddy.registry.http_server import json_response
 
 
@@ -20,6 +21,5 @@ async def root(request: web.Request) -> web.Response:
 def add_routes(app: web.Application, service: object | None) -> None:
     """Confluent's routes on ``service`` (a ``RegistryService``); ``GET /`` always."""
     app.router.add_get("/", root)
-    if service is not None:
-        from eddy.registry.http_api import add_api_routes  # the core: only when it is there
+    if service is not None:  # None: the HTTP plumbing alone (its tests)
         add_api_routes(app, service)

@@ -4,17 +4,14 @@ node's event loop, as a Kafka client of the node itself (so it works the same on
 The listener is bound at once (its port is known for the startup line); the log is read in
 the background, retried until the topic serves (a cluster still forming, say). Until the
 topic is replayed, every route but ``GET /`` answers 50004, as a Confluent registry that
-knows no leader yet. Without the registry's core (``eddy.registry.service``), only
-``GET /`` is served.
+knows no leader yet.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
-from typing import Any
 
 from aiohttp import web
 
@@ -22,22 +19,13 @@ from eddy.registry.contract import UNKNOWN_LEADER, RegistryError
 from eddy.registry.http_routes import add_routes
 from eddy.registry.http_server import Handler, RegistryServer
 from eddy.registry.kafka_log import KafkaSchemaLog, SchemaTopicError
+from eddy.registry.service import RegistryService
+from eddy.registry.state import SchemaState
 
 log = logging.getLogger("eddy.registry")
 
 #: the wait between two tries at reading ``_schemas`` (doubling up to the second)
 RETRY_S = (0.5, 15.0)
-
-
-def _load_core() -> tuple[Any, Any] | None:
-    """The registry's state and service classes, when that part is installed."""
-    try:
-        service = importlib.import_module("eddy.registry.service")
-        state = importlib.import_module("eddy.registry.state")
-    except ImportError as exc:
-        log.warning("registry: no schema registry service (%s): serving GET / only", exc)
-        return None
-    return state.SchemaState, service.RegistryService
 
 
 class RegistryRole:
@@ -46,14 +34,9 @@ class RegistryRole:
     def __init__(self, host: str, port: int, bootstrap: str) -> None:
         self.bootstrap = bootstrap
         self.ready = asyncio.Event()
-        self.log: KafkaSchemaLog | None = None
-        self.service: object | None = None
-        core = _load_core()
-        if core is not None:
-            state_class, service_class = core
-            state = state_class()
-            self.log = KafkaSchemaLog(bootstrap, state.apply)
-            self.service = service_class(self.log, state)
+        state = SchemaState()
+        self.log = KafkaSchemaLog(bootstrap, state.apply)
+        self.service = RegistryService(self.log, state)
         self.server = RegistryServer(host, port, self._add_routes)
         self._task: asyncio.Task[None] | None = None
 
@@ -76,9 +59,6 @@ class RegistryRole:
     async def start(self) -> None:
         """Bind the listener and start reading ``_schemas`` in the background."""
         await self.server.start()
-        if self.log is None:
-            self.ready.set()
-            return
         self._task = asyncio.get_running_loop().create_task(self._open_log(self.log),
                                                             name="registry-schemas")
 
@@ -113,8 +93,7 @@ class RegistryRole:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.server.stop()
-        if self.log is not None:
-            await self.log.stop()
+        await self.log.stop()
 
 
 async def start_registry(host: str, port: int, bootstrap: str) -> RegistryRole:
