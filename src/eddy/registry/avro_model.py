@@ -395,8 +395,8 @@ _DROP = object()
 def _default_object(value: Json, node: Schema | None) -> Json | F32 | object:
     """Avro's ``JacksonUtils.toObject(node, schema)``: a default as the Java value its type
     makes of it (``_DROP`` where Java makes none)."""
-    if isinstance(node, UnionSchema):
-        node = node.branches[0]
+    if isinstance(node, UnionSchema):  # an empty union: as an untyped value
+        node = node.branches[0] if node.branches else None
     kind = None if node is None else node.kind
     if value is None or isinstance(value, bool):
         return value

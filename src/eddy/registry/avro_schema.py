@@ -158,8 +158,8 @@ def _logical(kind: str, props: dict[str, Json], size: int = 0) -> str | None:
 
 def valid_default(node: Schema, value: Json) -> bool:
     """Java Avro's ``isValidDefault`` (a union's default matches its first branch)."""
-    if isinstance(node, UnionSchema):
-        return valid_default(node.branches[0], value)
+    if isinstance(node, UnionSchema):  # an empty union has no value to default to
+        return bool(node.branches) and valid_default(node.branches[0], value)
     kind = node.kind
     if kind in ("string", "bytes", "enum", "fixed"):
         return isinstance(value, str)

@@ -65,7 +65,11 @@ def _jersey_error(status: int, reason: str) -> web.Response:
 def json_response(data: Any, status: int = 200) -> web.Response:
     """``data`` as compact JSON (as Jackson writes it), UTF-8; the content type is set to
     the negotiated one on the way out."""
-    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    try:
+        body = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate (from a record or a body): escaped
+        body = json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
     return web.Response(body=body, status=status, content_type=SCHEMA_REGISTRY_V1_JSON)
 
 

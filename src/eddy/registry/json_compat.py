@@ -13,6 +13,7 @@ and the engine in :mod:`eddy.registry.json_compat_core`.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from decimal import Decimal
 
 from eddy.registry.formats import Incompatibility
 from eddy.registry.json_compat_core import (
@@ -55,12 +56,8 @@ def _compare_number(ctx: Ctx, original: Node, update: Node) -> None:
             ctx.add("MULTIPLE_OF_ADDED", "multipleOf")
         elif after is None:
             ctx.add("MULTIPLE_OF_REMOVED", "multipleOf")
-        elif before and after % before == 0:
-            ctx.add("MULTIPLE_OF_EXPANDED", "multipleOf")
-        elif after and before % after == 0:
-            ctx.add("MULTIPLE_OF_REDUCED", "multipleOf")
         else:
-            ctx.add("MULTIPLE_OF_CHANGED", "multipleOf")
+            ctx.add(_multiple_of_change(before, after), "multipleOf")
     if original.integer != update.integer:
         ctx.add("TYPE_EXTENDED" if original.integer else "TYPE_NARROWED")
 
@@ -289,3 +286,16 @@ def compatibility(reader: JsonSchema, writer: JsonSchema) -> list[Incompatibilit
         if error_type not in COMPATIBLE_CHANGES:
             found.setdefault((error_type, "#/" + "/".join(path)), None)
     return [Incompatibility(t, p, describe(t, p)) for t, p in found]
+
+
+def _multiple_of_change(before: Decimal, after: Decimal) -> str:
+    """How multipleOf changed between two numbers; a ratio beyond Decimal's precision (a
+    remainder it cannot compute) counts as changed, not as expanded or reduced."""
+    try:
+        if before and after % before == 0:
+            return "MULTIPLE_OF_EXPANDED"
+        if after and before % after == 0:
+            return "MULTIPLE_OF_REDUCED"
+    except ArithmeticError:
+        pass
+    return "MULTIPLE_OF_CHANGED"

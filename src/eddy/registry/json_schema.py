@@ -342,7 +342,15 @@ def parse(text: str, references: References = {}) -> JsonSchema:  # noqa: B006 (
     """Parse and check a JSON Schema text; ``references`` maps each reference name (the URL
     or file name its ``$ref`` uses) to the referenced schema's text."""
     root = load_json(text)
-    _check_schema(root, "schema")
+    try:
+        _check_schema(root, "schema")
+    except InvalidSchema:
+        raise
+    except (ValueError, TypeError, LookupError, AttributeError) as exc:
+        # the meta-schema check's libraries on hostile input ($schema "http://[x": urllib's
+        # ValueError; an odd $defs under a nested $schema: referencing's AttributeError)
+        raise InvalidSchema(f"schema cannot be checked: {type(exc).__name__}: "
+                            f"{str(exc)[:200]}") from None
     if len(references) > MAX_REFERENCES:
         raise InvalidSchema(f"{len(references)} references, more than {MAX_REFERENCES}")
     try:
@@ -351,9 +359,10 @@ def parse(text: str, references: References = {}) -> JsonSchema:  # noqa: B006 (
         canonical.encode("utf-8")
     except InvalidSchema:
         raise
-    except (ValueError, TypeError, LookupError, UnicodeError,
+    except (ValueError, TypeError, LookupError, UnicodeError, AttributeError,
             referencing.exceptions.Unresolvable, referencing.exceptions.CannotDetermineSpecification
-            ) as exc:  # malformed URIs ($id, names), unencodable text (lone surrogates)
+            ) as exc:  # malformed URIs ($id, names), unencodable text (lone surrogates), a
+        # subschema that is no object where referencing expects one ($defs: {"a": ""})
         raise InvalidSchema(f"schema cannot be resolved: {exc}") from None
     return JsonSchema(schema=root, dialect=_dialect(root), base_uri=base,
                       referenced_names=tuple(sorted(used)), documents=documents,

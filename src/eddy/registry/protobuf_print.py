@@ -38,8 +38,17 @@ _ESCAPE = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t"
            "\v": "\\v", "\\": "\\\\", "'": "\\'", '"': '\\"'}
 
 
+def _escaped(c: str) -> str:
+    known = _ESCAPE.get(c)
+    if known is not None:
+        return known
+    if c < " " or c == "\x7f":
+        return f"\\{ord(c):03o}"  # an octal escape, as protoc prints them
+    return c
+
+
 def escape(s: str) -> str:
-    return "".join(_ESCAPE.get(c, c) for c in s)
+    return "".join(_escaped(c) for c in s)
 
 
 def _indent(text: str) -> str:

@@ -349,5 +349,15 @@ def parse(text: str, references: References = {}) -> ProtobufSchema:  # noqa: B0
     resolved by ``references`` (import path -> schema text) and the well-known files.
     Raises InvalidSchema naming what is wrong."""
     loader = _Loader(references)
-    model, fdp = loader.model(text, "schema")
-    return loader.finish(model, fdp, DEFAULT_FILE_NAME, loader.imports(model))
+    try:
+        model, fdp = loader.model(text, "schema")
+        schema = loader.finish(model, fdp, DEFAULT_FILE_NAME, loader.imports(model))
+        schema.canonical()  # a descriptor that cannot be printed is refused here, not later
+    except InvalidSchema:
+        raise
+    except (ValueError, TypeError, UnicodeError, OverflowError, LookupError,
+            AttributeError) as exc:
+        # what the descriptor builders raise on values protobuf cannot hold (a field number
+        # past int32, a string with a lone surrogate, a name that is not UTF-8)
+        raise InvalidSchema(f"{type(exc).__name__}: {str(exc)[:200]}") from None
+    return schema

@@ -292,13 +292,18 @@ def encode_value(value: RecordValue) -> bytes:
 # ---------------------------------------------------------------------------------------------
 # decoding
 
+def _no_constant(name: str) -> Json:
+    """NaN and Infinity are not JSON (Jackson writes none): a record with one is refused."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def _load(data: bytes, what: str, limit: int) -> dict[str, Json]:
     if not isinstance(data, bytes | bytearray | memoryview):
         raise RecordError(f"{what} is not bytes")
     if len(data) > limit:
         raise RecordError(f"{what} is {len(data)} bytes, more than {limit}")
     try:
-        obj = json.loads(bytes(data).decode("utf-8"))
+        obj = json.loads(bytes(data).decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise RecordError(f"{what} is not JSON: {str(exc)[:200]}") from None
     if not isinstance(obj, dict):
