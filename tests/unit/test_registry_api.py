@@ -471,3 +471,13 @@ def test_content_negotiation_on_api_routes() -> None:
         assert (error.status, error.content_type) == (404, "application/json")
 
     run(scenario)
+
+
+def test_a_raw_schema_with_a_lone_surrogate_is_served_as_its_json_escape() -> None:
+    """A schema text read from _schemas may hold a lone surrogate (JSON's "\\ud800"): the
+    raw `.../schema` body writes it back as that escape instead of failing to encode."""
+    from eddy.registry.http_api import text_response
+
+    body = text_response('{"type":"string","doc":"\ud800"}').body
+    assert isinstance(body, bytes)
+    assert json.loads(body) == {"type": "string", "doc": "\ud800"}

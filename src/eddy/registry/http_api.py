@@ -75,8 +75,10 @@ def paged(items: list[_T], request: web.Request) -> list[_T]:
 
 def text_response(text: str) -> web.Response:
     """A schema's text as the body itself (``.../schema``), in the negotiated JSON type as
-    Confluent sends it."""
-    return web.Response(body=text.encode(), content_type=SCHEMA_REGISTRY_V1_JSON)
+    Confluent sends it. A lone surrogate (read from a ``_schemas`` record) is written as its
+    JSON escape, ``\\ud800``, which the text, itself JSON, reads back the same."""
+    return web.Response(body=text.encode("utf-8", "backslashreplace"),
+                        content_type=SCHEMA_REGISTRY_V1_JSON)
 
 
 class RegistryApi:
