@@ -339,10 +339,41 @@ class Report:
         return self.execs / self.seconds if self.seconds else 0.0
 
 
-def _signature(exc: BaseException) -> str:
+def raised_at(exc: BaseException) -> str:
+    """``file.py:line`` an exception was raised from (``?`` without a traceback)."""
     tb = traceback.extract_tb(exc.__traceback__)
-    where = f"{tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else "?"
-    return f"{type(exc).__name__} at {where}"
+    return f"{tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else "?"
+
+
+def _signature(exc: BaseException) -> str:
+    return f"{type(exc).__name__} at {raised_at(exc)}"
+
+
+def write_report(report: Any, path: str) -> None:
+    """A harness's report (a dataclass with ``execs_per_s``) as JSON."""
+    with open(path, "w") as fh:
+        json.dump({**asdict(report), "execs_per_s": report.execs_per_s}, fh, indent=2)
+
+
+def start_atheris(argv: list[str], target: Callable[[bytes], None], seeds: list[bytes],
+                  prefix: str, extra: tuple[str, ...] = ()) -> None:
+    """libFuzzer over ``target`` (atheris), every loaded module instrumented. Without a
+    corpus directory among the arguments, a temporary one seeded with ``seeds``; ``extra``
+    libFuzzer flags go first."""
+    import tempfile
+
+    import atheris  # optional: pip install -e '.[fuzz]'
+
+    args = argv[1:]
+    if all(a.startswith("-") for a in args):
+        corpus = tempfile.mkdtemp(prefix=prefix)
+        for i, data in enumerate(seeds):
+            with open(f"{corpus}/seed-{i:03d}", "wb") as fh:
+                fh.write(data)
+        args.append(corpus)
+    atheris.instrument_all()
+    atheris.Setup([argv[0], *extra, *args], target)
+    atheris.Fuzz()
 
 
 def run(seconds: float, seed: int = 1, max_execs: int | None = None,
@@ -372,22 +403,8 @@ def run(seconds: float, seed: int = 1, max_execs: int | None = None,
 
 
 def atheris_main(argv: list[str]) -> None:
-    """libFuzzer over ``check_input`` (atheris), every loaded module instrumented. Without a
-    corpus directory among the arguments, a temporary one seeded with ``seed_inputs``."""
-    import tempfile
-
-    import atheris  # optional: pip install -e '.[fuzz]'
-
-    args = argv[1:]
-    if all(a.startswith("-") for a in args):
-        corpus = tempfile.mkdtemp(prefix="eddy-mesh-fuzz-")
-        for i, data in enumerate(seed_inputs()):
-            with open(f"{corpus}/seed-{i:03d}", "wb") as fh:
-                fh.write(data)
-        args.append(corpus)
-    atheris.instrument_all()
-    atheris.Setup([argv[0], *args], check_input)
-    atheris.Fuzz()
+    """libFuzzer over ``check_input`` (``start_atheris``, seeded with ``seed_inputs``)."""
+    start_atheris(argv, check_input, seed_inputs(), "eddy-mesh-fuzz-")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -407,8 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     for f in report.findings:
         print(f"  {f.signature} (x{f.count}): {f.message}\n    input: {f.input_hex}")
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({**asdict(report), "execs_per_s": report.execs_per_s}, fh, indent=2)
+        write_report(report, args.json)
     return 1 if report.findings else 0
 
 

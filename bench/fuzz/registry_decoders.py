@@ -36,11 +36,10 @@ import logging
 import random
 import sys
 import time
-import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from aiohttp import web
@@ -53,6 +52,9 @@ from bench.fuzz.mesh_decoders import (
     _set_byte,
     _splice,
     _truncate,
+    raised_at,
+    start_atheris,
+    write_report,
 )
 from bench.fuzz.registry_seeds import (
     BASE_RECORDS,
@@ -428,8 +430,7 @@ class Report:
 
 def signature(exc: BaseException) -> str:
     """Exception type, the line it was raised from, and the decoder that let it escape."""
-    tb = traceback.extract_tb(exc.__traceback__)
-    where = f"{tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else "?"
+    where = raised_at(exc)
     notes = [n for n in getattr(exc, "__notes__", []) if n.startswith("decoder: ")]
     decoder = notes[0].removeprefix("decoder: ") if notes else "?"
     return f"{type(exc).__name__} at {where} in {decoder}"
@@ -481,26 +482,13 @@ def run(seconds: float, seed: int = 1, max_execs: int | None = None,
 
 
 def atheris_main(argv: list[str]) -> None:
-    """libFuzzer over ``check_input`` (atheris), every loaded module instrumented. Without a
-    corpus directory among the arguments, a temporary one seeded with ``seed_inputs``."""
-    import tempfile
-
-    import atheris  # optional: pip install -e '.[fuzz]'
-
-    args = argv[1:]
-    if all(a.startswith("-") for a in args):
-        corpus = tempfile.mkdtemp(prefix="eddy-registry-fuzz-")
-        for i, data in enumerate(seed_inputs()):
-            with open(f"{corpus}/seed-{i:03d}", "wb") as fh:
-                fh.write(data)
-        args.append(corpus)
-    if not any(a.startswith("-max_len=") for a in args):
-        args.insert(0, f"-max_len={PROTO_MAX_CHARS}")
+    """libFuzzer over ``check_input`` (``start_atheris``, seeded with ``seed_inputs``),
+    inputs at most PROTO_MAX_CHARS long unless ``-max_len`` is given."""
     logging.getLogger("eddy.registry").setLevel(logging.CRITICAL + 1)
     warnings.simplefilter("ignore")
-    atheris.instrument_all()
-    atheris.Setup([argv[0], *args], check_input)
-    atheris.Fuzz()
+    extra = () if any(a.startswith("-max_len=") for a in argv) else (
+        f"-max_len={PROTO_MAX_CHARS}",)
+    start_atheris(argv, check_input, seed_inputs(), "eddy-registry-fuzz-", extra)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -527,8 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     for f in report.findings:
         print(f"  {f.signature} (x{f.count}): {f.message}\n    input: {f.input_hex}")
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({**asdict(report), "execs_per_s": report.execs_per_s}, fh, indent=2)
+        write_report(report, args.json)
     return 1 if report.findings else 0
 
 
