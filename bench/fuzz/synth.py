@@ -8,6 +8,7 @@ Stored under corpus/requests/synth/ and marked ``synth`` in the coverage table.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import io
 import struct
 import sys
@@ -124,8 +125,36 @@ def _describe_quorum() -> Any:
         topic_name="__cluster_metadata", partitions=(PartitionData(partition_index=0),)),))
 
 
+def _offset_for_leader_epoch() -> Any:
+    """A follower's question (librdkafka asks it only after a leader change or a seek with
+    an epoch, which the recorded sessions do not do): two partitions, one fenced."""
+    from kio.schema.offset_for_leader_epoch.v4.request import (
+        OffsetForLeaderEpochRequest,
+        OffsetForLeaderPartition,
+        OffsetForLeaderTopic,
+    )
+
+    return OffsetForLeaderEpochRequest(replica_id=2, topics=(OffsetForLeaderTopic(
+        topic="fuzz-healthy", partitions=(
+            OffsetForLeaderPartition(partition=0, current_leader_epoch=3, leader_epoch=2),
+            OffsetForLeaderPartition(partition=1, current_leader_epoch=-1, leader_epoch=0),
+        )),))
+
+
+def _elect_leaders() -> Any:
+    """An operator's preferred election of two partitions of one topic."""
+    from kio.schema.elect_leaders.v2.request import ElectLeadersRequest, TopicPartitions
+
+    return ElectLeadersRequest(election_type=0, topic_partitions=(TopicPartitions(
+        topic="fuzz-healthy", partitions=(0, 1)),), timeout=datetime.timedelta(seconds=5))
+
+
 #: APIs no recorded client sends (operator tools' requests): a hand-made body to start from
-HANDMADE: dict[int, Callable[[], Any]] = {ApiKey.DESCRIBE_QUORUM: _describe_quorum}
+HANDMADE: dict[int, Callable[[], Any]] = {
+    ApiKey.DESCRIBE_QUORUM: _describe_quorum,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: _offset_for_leader_epoch,
+    ApiKey.ELECT_LEADERS: _elect_leaders,
+}
 
 
 def synthesise_missing(root: Path = REQUESTS_DIR) -> int:

@@ -132,6 +132,37 @@ class BrokerConfig(BaseModel):
     log_flush_interval_ms: int = Field(
         LONG_MAX, ge=0, alias="log.flush.interval.ms", description="fsync at least this often"
     )
+    log_write_caching: bool = Field(
+        False, alias="log.write.caching",
+        description="acks=all is acknowledged once every in-sync replica has the bytes in "
+        "memory, as Kafka does, instead of after each has fsynced them (Eddy's default: an "
+        "acknowledged record survives a power cut); topic config write.caching",
+    )
+    min_insync_replicas: int = Field(
+        1, ge=1, alias="min.insync.replicas",
+        description="in-sync replicas an acks=all produce needs (topic default)",
+    )
+    replica_lag_time_max_ms: int = Field(
+        10000, ge=1, alias="replica.lag.time.max.ms",
+        description="a follower not caught up for this long leaves the ISR",
+    )
+    replica_lag_max_messages: int = Field(
+        0, ge=0, alias="replica.lag.max.messages",
+        description="a follower this many offsets behind leaves the ISR (0: off, as Kafka "
+        "since KIP-16: a burst of produce would make every follower flap out and in)",
+    )
+    replica_fetch_max_bytes: int = Field(
+        1048576, ge=1, alias="replica.fetch.max.bytes",
+        description="bytes a follower asks per partition in one fetch",
+    )
+    replica_fetch_response_max_bytes: int = Field(
+        10485760, ge=1, alias="replica.fetch.response.max.bytes",
+        description="bytes a follower asks in one fetch over every partition",
+    )
+    replica_fetch_wait_max_ms: int = Field(
+        500, ge=0, alias="replica.fetch.wait.max.ms",
+        description="how long a leader holds a follower's fetch that finds nothing new",
+    )
     log_segment_bytes: int = Field(1073741824, ge=14, alias="log.segment.bytes")
     log_roll_ms: int = Field(604800000, ge=1, alias="log.roll.ms")
     log_retention_ms: int = Field(604800000, ge=-1, alias="log.retention.ms")
@@ -468,7 +499,8 @@ class BrokerConfig(BaseModel):
         """Broker-level defaults for topic configs, under the topic configs' names."""
         out: dict[str, str] = {}
         for topic_name, field in TOPIC_DEFAULT_FIELDS.items():
-            raw = str(getattr(self, field))
+            value = getattr(self, field)
+            raw = str(value).lower() if isinstance(value, bool) else str(value)
             try:
                 TOPIC_CONFIGS[topic_name].parse(raw)
             except InvalidConfig as exc:
@@ -490,6 +522,8 @@ TOPIC_DEFAULT_FIELDS: dict[str, str] = {
     "index.interval.bytes": "log_index_interval_bytes",
     "message.timestamp.type": "log_message_timestamp_type",
     "cleanup.policy": "log_cleanup_policy",
+    "write.caching": "log_write_caching",
+    "min.insync.replicas": "min_insync_replicas",
 }
 
 

@@ -21,6 +21,7 @@ from eddy.broker.server import KafkaServer
 from eddy.broker.txn_markers import MarkerService
 from eddy.broker.txn_raft import TxnRaftLog
 from eddy.clock import Clock
+from eddy.cluster.replication.manager import ReplicaManager
 from eddy.cluster.service import ClusterService
 from eddy.config import BrokerConfig
 from eddy.gateway.executor import OpExecutor
@@ -40,6 +41,8 @@ log = logging.getLogger("eddy")
 #: how long a cluster of one waits for its registration and its own topics' import before
 #: it says it is ready
 ALONE_READY_S = 10.0
+#: the longest a stopping broker waits for the controller to move its leaderships
+CONTROLLED_SHUTDOWN_S = 5.0
 
 
 def hosted_by(broker: Broker) -> tuple[dict[str, int], frozenset[str]]:
@@ -169,6 +172,7 @@ def _make_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
     markers = MarkerService(broker, mesh)  # a leader writes a coordinator's markers
     mesh.rpc.handle(TAG_TXN_MARKERS, markers.handle)
     broker.transactions.markers = markers
+    broker.replication = ReplicaManager(broker, cluster)
     sync = ReplicaSync(broker, cluster.state)
     cluster.machine.on_change(sync.schedule)
     broker.cluster, broker.led = cluster, set()
@@ -209,6 +213,9 @@ async def _start_cluster(cluster: ClusterService, broker: Broker | None,
 
 
 async def stop_node(node: Node) -> None:
+    if node.cluster is not None and node.broker is not None:
+        # leaderships move to other in-sync replicas while this node still serves
+        await node.cluster.controlled_shutdown(CONTROLLED_SHUTDOWN_S)
     if node.admin is not None:  # scrapes and probes end first
         await node.admin.stop()
     if node.registry is not None:  # a client of this node: stops before its listener
@@ -220,6 +227,8 @@ async def stop_node(node: Node) -> None:
         await node.broker.transactions.stop()
     if node.sync is not None:
         node.sync.stop()
+    if node.broker is not None and node.broker.replication is not None:
+        await node.broker.replication.stop()
     if node.cluster is not None:
         await node.cluster.stop()
     if node.mesh is not None:

@@ -672,7 +672,9 @@ class StorageMachine(RuleBasedStateMachine):
         committed = max(synced.commit - m.snap_index, 0)
         assert got[:committed] == m.ents[:committed]
         m.ents = got
-        m.hard = synced
+        # the model goes on from what recovery found (a commit index behind the synced one
+        # is learned again from the leader: here, the next ``commit`` rule)
+        m.hard = self.synced_hard = found
 
     @invariant()
     def same_as_model(self) -> None:

@@ -27,6 +27,7 @@ from eddy.protocol.errors import ErrorCode, KafkaError
 from eddy.txn.producer_ids import ProducerIdAllocator
 
 if TYPE_CHECKING:  # the node wires the cluster service in; the broker only reads it
+    from eddy.cluster.replication.manager import ReplicaManager
     from eddy.cluster.service import ClusterService
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,8 @@ class Broker:
         self.cluster: ClusterService | None = None
         #: the partitions this broker leads in a cluster (None: every local one)
         self.led: set[tuple[str, int]] | None = None
+        #: ISR replication, in a cluster (None: every partition here is its only replica)
+        self.replication: ReplicaManager | None = None
 
     def load(self) -> None:
         os.makedirs(self.config.data_dir, exist_ok=True)

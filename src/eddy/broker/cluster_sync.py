@@ -8,8 +8,9 @@ Fetch answer NOT_LEADER_OR_FOLLOWER for the others). A topic deleted from the cl
 deleted here when the controller's storage GC orders it (``delete_ids``), or at once when the
 name is reused.
 
-Only the data of the partitions a node is a replica of is kept; until replication lands
-(the next issue) a follower's copy stays empty.
+Only the data of the partitions a node is a replica of is kept; the replication manager
+(``broker.replication``) is handed every hosted partition with its record after each pass:
+it leads or follows each as the record says.
 
 Nothing the cluster did not make is ever deleted: the ids of the topics this node created
 from the metadata are kept in ``cluster-topics.json``; a topic the node held before it
@@ -30,7 +31,8 @@ from typing import TYPE_CHECKING
 from eddy.cluster.controller_client import ControllerUnavailable
 from eddy.cluster.controller_rpc import ImportOffsetsRequest, ImportTopicRequest
 from eddy.cluster.metadata import MetadataState
-from eddy.cluster.metadata.records import ConfigEntry
+from eddy.cluster.metadata.records import ConfigEntry, PartitionRecord
+from eddy.log.partition import PartitionLog
 from eddy.log.state_files import atomic_write
 from eddy.protocol.errors import ErrorCode, KafkaError
 
@@ -120,6 +122,7 @@ class ReplicaSync:
         now = broker.clock.now_ms()
         broker.dynamic_configs.apply()  # before topics are made: they resolve with them
         led: set[tuple[str, int]] = set()
+        hosted: dict[tuple[str, int], tuple[PartitionLog, PartitionRecord]] = {}
         failed = False
         for name in state.topic_names():
             record = state.topic(name)
@@ -150,6 +153,7 @@ class ReplicaSync:
                 for index, part in enumerate(record.partitions):
                     if me in part.replicas:
                         local.partitions[index].set_leader_epoch(part.leader_epoch)
+                        hosted[(name, index)] = (local.partitions[index], part)
                     if part.leader == me:
                         led.add((name, index))
             except KafkaError as exc:
@@ -159,6 +163,8 @@ class ReplicaSync:
         if failed and self._retry is None:
             self._retry = asyncio.get_running_loop().call_later(SYNC_RETRY_S, self._retry_now)
         broker.led = led
+        if broker.replication is not None:
+            broker.replication.apply(hosted)
         if state.cluster_id:
             broker.cluster_id = state.cluster_id
         self.passes += 1

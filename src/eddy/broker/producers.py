@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 
 from eddy.log.partition import PartitionLog
 from eddy.log.state_files import atomic_write
@@ -68,6 +69,25 @@ class ProducerStates:
                 mgr.record(h.producer_id, h.producer_epoch, h.base_sequence,
                            h.last_offset_delta, offset, now_ms, h.is_transactional)
             offset += h.record_count
+
+    def replicated(self, plog: PartitionLog, data: bytes | bytearray | memoryview,
+                   headers: Sequence[BatchHeader], positions: Sequence[int]) -> None:
+        """A follower's producer state follows the batches it copied from its leader
+        (sequences, so a retry after failover is answered with the original offset;
+        transaction markers, so the LSO and aborted list match the leader's)."""
+        mgr = self.of(plog)
+        view = memoryview(data)
+        for h, pos in zip(headers, positions, strict=True):
+            if h.producer_id < 0:
+                continue
+            if h.is_control:
+                commit = control_type(bytes(view[pos:pos + h.size])) == COMMIT
+                mgr.end_transaction(h.producer_id, h.producer_epoch, h.max_timestamp,
+                                    commit, h.base_offset)
+            else:
+                mgr.record(h.producer_id, h.producer_epoch, h.base_sequence,
+                           h.last_offset_delta, h.base_offset, h.max_timestamp,
+                           h.is_transactional)
 
     # ---- persistence ---------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from eddy.broker.txn_markers import MarkerService, append_own, write_one
+from eddy.broker.txn_markers import MarkerService, append_own, write_durably
 from eddy.broker.txn_raft import TxnRaftLog, pending_key, split, txn_key
 from eddy.cluster.txn_rpc import WriteMarkersRequest
 from eddy.groups.records import (
@@ -208,7 +208,8 @@ class TransactionService:
         failed: list[tuple[tuple[str, int], ErrorCode]] = []
         for leader, tps in sorted(by_leader.items()):
             if leader == self._broker.node_id or self.markers is None:
-                codes = [self._mark_here(request, topic, index) for topic, index in tps]
+                codes = list(await asyncio.gather(*(self._mark_here(request, topic, index)
+                                                    for topic, index in tps)))
             else:
                 codes = await self.markers.ask(leader, dataclasses.replace(
                     request, partitions=tuple(tps)))
@@ -255,10 +256,10 @@ class TransactionService:
         part = cluster.state.partition(topic, index)
         return self._broker.node_id if part is None else part.leader
 
-    def _mark_here(self, request: WriteMarkersRequest, topic: str, index: int) -> ErrorCode:
+    async def _mark_here(self, request: WriteMarkersRequest, topic: str, index: int) -> ErrorCode:
         if self._broker.cluster is None and self._broker.logs.partition(topic, index) is None:
             return ErrorCode.unknown_topic_or_partition
-        return write_one(self._broker, request, topic, index)
+        return await write_durably(self._broker, request, topic, index)
 
     # ---- API operations ------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ cluster, asking the leader of every other partition of a transaction to write th
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 from typing import TYPE_CHECKING
@@ -53,8 +54,32 @@ def append_own(broker: Broker, plog: PartitionLog, batch: bytearray) -> int:
     h = parse_header(batch)
     validated = ValidatedBatches([h], [0], h.record_count, h.max_timestamp, 0)
     result = plog.append(batch, validated, broker.clock.now_ms())
+    if broker.replication is not None:
+        broker.replication.leader_appended(plog)
     broker.notifier.notify((plog.topic, plog.partition))
     return result.base_offset
+
+
+async def write_durably(broker: Broker, request: WriteMarkersRequest, topic: str,
+                        index: int) -> ErrorCode:
+    """``write_one``, then wait as acks=all does: the marker fsynced here (unless write
+    caching) and, on a replicated partition, in the ISR. A marker only the leader had
+    could be lost to a failover while the coordinator counts the transaction done, leaving
+    it open on the new leader (its LSO stuck); the coordinator retries an error instead."""
+    code = write_one(broker, request, topic, index)
+    plog = broker.logs.partition(topic, index)
+    if code != ErrorCode.none or plog is None:
+        return code
+    end = plog.log_end_offset
+    try:
+        if not plog.config.write_caching:
+            await broker.flusher.flush(plog, end)
+    except KafkaError as exc:
+        return exc.code
+    replication = broker.replication
+    if replication is None or plog.sole_replica:
+        return ErrorCode.none
+    return await replication.wait_replicated(plog, end, 1, MARKER_TIMEOUT_S)
 
 
 def write_one(broker: Broker, request: WriteMarkersRequest, topic: str, index: int
@@ -106,8 +131,9 @@ class MarkerService:
         except (PostcardError, ValueError) as exc:
             return postcard.encode(WriteMarkersReply(
                 ErrorCode.invalid_request, f"bad request: {exc}", ()))
-        errors = tuple(int(write_one(self.broker, request, topic, index))
-                       for topic, index in request.partitions)
+        codes = await asyncio.gather(*(write_durably(self.broker, request, topic, index)
+                                       for topic, index in request.partitions))
+        errors = tuple(int(code) for code in codes)
         return postcard.encode(WriteMarkersReply(ErrorCode.none, None, errors))
 
     async def ask(self, leader: int, request: WriteMarkersRequest) -> list[ErrorCode]:

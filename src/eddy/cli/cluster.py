@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from eddy.cli.cluster_elect import register_elect_command
 from eddy.cli.cluster_raft import raft_info, register_raft_commands, render_raft
 from eddy.cli.common import (
     REQUEST_TIMEOUT_S,
@@ -202,3 +203,4 @@ def ping(
 
 
 register_raft_commands(cluster_app)
+register_elect_command(cluster_app)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from eddy.cluster.controller_rpc import (
+    ControlledShutdownRequest,
     ControllerReply,
     ControllerRequest,
     HeartbeatRequest,
@@ -34,6 +35,8 @@ from eddy.protocol.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 RETRY_PAUSE_S = 0.05
+#: pause before a controlled shutdown asks again for partitions it could not move
+SHUTDOWN_RETRY_S = 0.2
 #: the longest one attempt waits for a node: a controller answers in a few ms (one Raft
 #: round and fsync); a node that died holds its QUIC connection until the idle timeout, so
 #: waiting longer on it only delays finding the new controller
@@ -174,6 +177,31 @@ class BrokerAgent:
             except Exception:
                 log.exception("broker %d: heartbeat failed; retrying", self.node_id)
             await asyncio.sleep(self.interval_s if self.epoch else RETRY_PAUSE_S * 4)
+
+    async def controlled_shutdown(self, timeout_s: float) -> int | None:
+        """Stop heartbeating and ask the controller to move this broker's leaderships away
+        (ControlledShutdownRequest), again while that leaves fewer partitions here each
+        time, within ``timeout_s``. The partitions still led here (None: not registered,
+        or the controller refused). Raises ``ControllerUnavailable``."""
+        await self.stop()  # a heartbeat must not unfence or renew this broker meanwhile
+        if self.epoch == 0:
+            return None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        left: int | None = None
+        while True:
+            answer = await self.client.call(ControlledShutdownRequest(self.node_id,
+                                                                      self.epoch),
+                                            max(deadline - loop.time(), 0.01))
+            if answer.error_code != ErrorCode.none:
+                log.warning("broker %d: controlled shutdown refused: %s", self.node_id,
+                            answer.message)
+                return None
+            if answer.value == 0 or (left is not None and answer.value >= left) \
+                    or loop.time() + SHUTDOWN_RETRY_S >= deadline:
+                return answer.value
+            left = answer.value
+            await asyncio.sleep(SHUTDOWN_RETRY_S)
 
     async def _register(self) -> None:
         answer = await self.client.call(

@@ -13,24 +13,30 @@ from typing import ClassVar
 
 from eddy.cluster.metadata.records import ConfigEntry
 from eddy.mesh import postcard
-from eddy.mesh.postcard import I16, I32, I64
+from eddy.mesh.postcard import I8, I16, I32, I64
 from eddy.protocol.errors import ErrorCode
 
 __all__ = [
     "AllocateProducerIdsRequest",
+    "AlterIsrRequest",
+    "ControlledShutdownRequest",
     "ControllerReply",
     "ControllerRequest",
     "CreatePartitionsRequest",
     "CreateTopicRequest",
     "DeleteTopicRequest",
+    "ElectLeadersRequest",
+    "ElectionTopic",
     "HeartbeatRequest",
     "ImportOffsetsRequest",
     "ImportTopicRequest",
+    "PartitionOutcome",
     "ProposeRequest",
     "QuorumRequest",
     "QuorumStatus",
     "RegisterRequest",
     "ReplicaProgress",
+    "TopicOutcome",
     "decode_reply",
     "decode_request",
     "error_of",
@@ -136,6 +142,62 @@ class ImportOffsetsRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class AlterIsrRequest:
+    """Kafka's AlterPartition: the leader of ``topic``-``partition`` (``node_id``, in
+    ``leader_epoch``) asks for ``isr``; ``partition_epoch`` is the version it saw. Refused
+    with FENCED_LEADER_EPOCH / NOT_LEADER_OR_FOLLOWER when it no longer leads, with
+    INVALID_UPDATE_VERSION when the partition moved on."""
+
+    VARIANT: ClassVar[int] = 10
+    node_id: I32
+    topic: str
+    partition: I32
+    leader_epoch: I32
+    partition_epoch: I32
+    isr: tuple[I32, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionTopic:
+    topic: str
+    partitions: tuple[I32, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeadersRequest:
+    """Kafka's ElectLeaders: ``election_type`` 0 preferred, 1 unclean; ``topics`` None:
+    every partition. The reply's ``outcomes`` holds each partition's answer."""
+
+    VARIANT: ClassVar[int] = 11
+    election_type: I8
+    topics: tuple[ElectionTopic, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class ControlledShutdownRequest:
+    """Broker ``node_id`` (in ``epoch``) is stopping: the controller takes it out of every
+    ISR, moves what it leads and answers once that is committed; the reply's ``value`` is
+    how many partitions it still leads (``outcomes`` names them: no other live ISR member)."""
+
+    VARIANT: ClassVar[int] = 12
+    node_id: I32
+    epoch: I64
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOutcome:
+    partition: I32
+    error_code: I16
+    message: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOutcome:
+    topic: str
+    partitions: tuple[PartitionOutcome, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaProgress:
     """A voter or observer as the leader sees it: ``log_end`` is what it has of the log
     (the leader's own last index for itself), -1 when unknown."""
@@ -164,6 +226,9 @@ ControllerRequest = (
     | QuorumRequest
     | ImportTopicRequest
     | ImportOffsetsRequest
+    | AlterIsrRequest
+    | ElectLeadersRequest
+    | ControlledShutdownRequest
 )
 
 
@@ -173,7 +238,8 @@ class ControllerReply:
     ``value``: the new broker epoch, the first producer id... ``topic_id``: of a created
     topic. ``delete_topics``: storage GC's orders to the heartbeating broker. ``quorum``:
     the answer to a ``QuorumRequest``. ``offsets_leader``: who leads the ``offsets`` group
-    (the group coordinator; -1 unknown), for brokers that do not run it."""
+    (the group coordinator; -1 unknown), for brokers that do not run it. ``outcomes``: per
+    partition, an ``ElectLeadersRequest``'s or ``ControlledShutdownRequest``'s results."""
 
     error_code: I16
     message: str | None
@@ -184,14 +250,16 @@ class ControllerReply:
     delete_topics: tuple[bytes, ...]
     quorum: QuorumStatus | None
     offsets_leader: I32
+    outcomes: tuple[TopicOutcome, ...]
 
 
 def reply(error_code: int = 0, message: str | None = None, *, controller: int = -1,
           value: int = 0, topic_id: bytes | None = None, fenced: bool = False,
           delete_topics: tuple[bytes, ...] = (), quorum: QuorumStatus | None = None,
-          offsets_leader: int = -1) -> ControllerReply:
+          offsets_leader: int = -1, outcomes: tuple[TopicOutcome, ...] = ()
+          ) -> ControllerReply:
     return ControllerReply(error_code, message, controller, value, topic_id, fenced,
-                           delete_topics, quorum, offsets_leader)
+                           delete_topics, quorum, offsets_leader, outcomes)
 
 
 def error_of(answer: ControllerReply) -> ErrorCode:

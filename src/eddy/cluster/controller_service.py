@@ -17,13 +17,17 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from eddy.clock import Clock
 from eddy.cluster.controller import Controller, ControllerConfig, ControllerError
+from eddy.cluster.controller_elections import ElectionRpcs
 from eddy.cluster.controller_rpc import (
     AllocateProducerIdsRequest,
+    AlterIsrRequest,
+    ControlledShutdownRequest,
     ControllerReply,
     ControllerRequest,
     CreatePartitionsRequest,
     CreateTopicRequest,
     DeleteTopicRequest,
+    ElectLeadersRequest,
     HeartbeatRequest,
     ImportOffsetsRequest,
     ImportTopicRequest,
@@ -36,11 +40,18 @@ from eddy.cluster.controller_rpc import (
     reply,
 )
 from eddy.cluster.machine import MetadataMachine
-from eddy.cluster.metadata import ApplyResult, MetadataCommand, decode_command, encode_command
+from eddy.cluster.metadata import (
+    ApplyResult,
+    MetadataCommand,
+    MetadataState,
+    decode_command,
+    encode_command,
+)
 from eddy.cluster.metadata.brokers import MAX_PRODUCER_ID_BLOCK
 from eddy.cluster.metadata.commands import (
     AlterBrokerConfigs,
     AlterTopicConfigs,
+    ChangeIsr,
     ChangePartitionLeader,
     CreateAcl,
     CreateTopic,
@@ -91,6 +102,25 @@ def passthrough_command(data: bytes) -> MetadataCommand:
     return asked
 
 
+def alter_isr_command(state: MetadataState, request: AlterIsrRequest) -> ChangeIsr:
+    """The ``ChangeIsr`` a partition leader's AlterIsrRequest asks for, once the sender is
+    checked to lead the partition in that epoch (the partition epoch is checked when the
+    command applies)."""
+    where = f"{request.topic}-{request.partition}"
+    part = state.partition(request.topic, request.partition)
+    if part is None:
+        raise ControllerError(ErrorCode.unknown_topic_or_partition, f"{where} is unknown")
+    if request.leader_epoch < part.leader_epoch:
+        raise ControllerError(ErrorCode.fenced_leader_epoch,
+                              f"{where}: leader epoch {request.leader_epoch} is older than "
+                              f"{part.leader_epoch}")
+    if part.leader != request.node_id or request.leader_epoch != part.leader_epoch:
+        raise ControllerError(ErrorCode.not_leader_or_follower,
+                              f"{where}: node {request.node_id} does not lead it in epoch "
+                              f"{request.leader_epoch}")
+    return ChangeIsr(request.topic, request.partition, request.isr, request.partition_epoch)
+
+
 class ControllerService:
     def __init__(self, node_id: int, driver: RaftDriver, machine: MetadataMachine,
                  config: ControllerConfig, clock: Clock, cluster_id: str) -> None:
@@ -112,6 +142,7 @@ class ControllerService:
         #: where ImportOffsetsRequest goes (the node's offsets group, when it runs one)
         self.import_offsets: Callable[[ImportOffsetsRequest],
                                       Awaitable[ControllerReply]] | None = None
+        self._shutdown = ElectionRpcs(self.controller, self.propose_all, node_id)
         self._previous_hook = driver.on_soft_state
         driver.on_soft_state = self._on_soft_state
 
@@ -289,7 +320,12 @@ class ControllerService:
                          fenced=broker is None or broker.fenced,
                          delete_topics=self._gc_orders.pop(request.node_id, ()),
                          offsets_leader=self.offsets_leader())
+        if isinstance(request, ControlledShutdownRequest):
+            self._check_sender(peer, request.node_id)
+            return await self._shutdown.controlled_shutdown(request, now)
         self._check_sender(peer, None)
+        if isinstance(request, ElectLeadersRequest):
+            return await self._shutdown.elect_leaders(request, now)
         if isinstance(request, CreateTopicRequest):
             partitions = None if request.partitions == -1 else request.partitions
             rf = None if request.replication_factor == -1 else request.replication_factor
@@ -319,6 +355,11 @@ class ControllerService:
                                 topic_id=request.topic_id)
         if isinstance(request, ProposeRequest):
             return self._result(await self.propose(passthrough_command(request.command)))
+        if isinstance(request, AlterIsrRequest):
+            self._check_sender(peer, request.node_id)
+            c.check_isr_joiners(request.topic, request.partition, request.isr)
+            return self._result(await self.propose(alter_isr_command(self.machine.state,
+                                                                     request)))
         raise ControllerError(ErrorCode.invalid_request, "unknown request")
 
     async def _skip_producer_ids(self, node_id: int, floor: int) -> None:

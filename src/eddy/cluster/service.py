@@ -17,6 +17,7 @@ from typing import Any
 
 from eddy.clock import Clock
 from eddy.cluster.controller import ControllerConfig
+from eddy.cluster.controller.elections import still_led
 from eddy.cluster.controller_client import (
     BrokerAgent,
     ControllerClient,
@@ -38,6 +39,7 @@ from eddy.cluster.offsets import OFFSETS_GROUP, OffsetsMachine, encode_entry
 from eddy.cluster.raft.driver import RaftDriver, RaftStatus, WriteTimeout
 from eddy.cluster.raft.ready import ProposalDropped
 from eddy.cluster.raft_admin import ClusterRaftAdmin
+from eddy.cluster.raft_handover import hand_over_raft
 from eddy.cluster.raft_transport import MeshRaftTransport
 from eddy.config import BrokerConfig
 from eddy.mesh.frames import TAG_CONTROLLER
@@ -49,6 +51,10 @@ log = logging.getLogger(__name__)
 METADATA_GROUP = "metadata"
 #: how long a request needing this broker's registration (producer ids) waits for it
 REGISTRATION_WAIT_S = 10.0
+#: how long a controlled shutdown waits for its moves to reach this node's replica
+SHUTDOWN_APPLY_WAIT_S = 1.0
+#: how long a stopping node waits for the Raft groups it leads to move to another voter
+RAFT_HANDOVER_S = 1.0
 
 
 def controller_config(config: BrokerConfig) -> ControllerConfig:
@@ -166,6 +172,37 @@ class ClusterService:
             await self.controller.stop()
         await self.multi.stop()
         await self.transport.close()
+
+    async def controlled_shutdown(self, timeout_s: float) -> None:
+        """A broker stopping: the controller moves its leaderships to other in-sync
+        replicas and takes it out of every ISR first (KIP-631's controlled shutdown). Gives
+        up after ``timeout_s`` (no controller: the broker is fenced when its session ends)."""
+        agent = self.agent
+        if agent is None:
+            return
+        others = [b for b in self.state.live_brokers() if b.node_id != self.node_id]
+        if not others or agent.epoch == 0:
+            await agent.stop()  # nobody to hand anything to
+            return
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        kept = await hand_over_raft(self.multi, self.node_id, self.state.is_live,
+                                    RAFT_HANDOVER_S)
+        if kept:
+            log.info("controlled shutdown: still leading raft groups %s", kept)
+        try:
+            left = await agent.controlled_shutdown(max(timeout_s - (loop.time() - started),
+                                                       RAFT_HANDOVER_S))
+        except ControllerUnavailable as exc:
+            log.warning("controlled shutdown: %s; stopping anyway", exc)
+            return
+        if left is not None:
+            # this node's replica shows the moves before the listener closes: a client's
+            # request meanwhile gets NOT_LEADER_OR_FOLLOWER naming the new leader
+            await self.wait_applied(lambda st: len(still_led(st, self.node_id)) <= left,
+                                    SHUTDOWN_APPLY_WAIT_S)
+            log.info("controlled shutdown done in %.0f ms: %d partitions still led here",
+                     (loop.time() - started) * 1000, left)
 
     async def ask(self, request: ControllerRequest, timeout_s: float) -> ControllerReply:
         """The controller's answer (see ``ControllerClient.call``), once this broker is

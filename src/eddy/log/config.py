@@ -100,6 +100,8 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("segment.jitter.ms", "long", "0", "random jitter on roll", _at_least(0)),
         ConfigDef("segment.ms", "long", "604800000", "segment age before roll", _at_least(1)),
         ConfigDef("unclean.leader.election.enable", "boolean", "false", "unclean election"),
+        ConfigDef("write.caching", "boolean", "false",
+                  "acks=all waits for the in-sync replicas' memory, not their fsync"),
     )
 }
 
@@ -145,6 +147,8 @@ class TopicConfig:
         self.cleanup_policy: tuple[str, ...] = values["cleanup.policy"]
         self.compact: bool = "compact" in self.cleanup_policy
         self.delete: bool = "delete" in self.cleanup_policy
+        self.write_caching: bool = values["write.caching"]
+        self.min_insync_replicas: int = values["min.insync.replicas"]
 
     def value(self, name: str) -> Any:
         return self._values[name]

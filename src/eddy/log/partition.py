@@ -15,17 +15,28 @@ from eddy.log.cleaner_files import (
     recover_interrupted_cleaning,
 )
 from eddy.log.config import TopicConfig
+from eddy.log.epoch_cache import LeaderEpochCache
 from eddy.log.file_cache import FILES, Pin
 from eddy.log.segment import BatchPos, Segment
 from eddy.log.state_files import read_int_file, write_int_file
+from eddy.log.truncation import cut_segment, empty_segment, fsync_dir
 from eddy.protocol.errors import ErrorCode, KafkaError
-from eddy.protocol.record_batch import ValidatedBatches, patch_base_offset, set_log_append_time
+from eddy.protocol.record_batch import (
+    BatchHeader,
+    ValidatedBatches,
+    patch_base_offset,
+    set_log_append_time,
+)
 
 log = logging.getLogger(__name__)
 
 LOG_START_FILE = "log-start-offset"
 RECOVERY_POINT_FILE = "recovery-point"
 LEADER_EPOCH_FILE = "leader-epoch"
+#: a replicated partition's high watermark, written now and then (Kafka's
+#: replication-offset-checkpoint): after a restart the HWM starts there, never above what
+#: the ISR had, and moves up as the replicas report
+HIGH_WATERMARK_FILE = "high-watermark"
 #: names a log cleaner swap cut short by a crash leaves behind (see compaction)
 _CLEANER_LEFTOVERS = (CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX)
 
@@ -80,11 +91,16 @@ class PartitionLog:
         self.log_start_offset = 0
         self.high_watermark = 0
         self.leader_epoch = 0
+        self.epochs = LeaderEpochCache(directory)  # the history (see _load)
         self.recovery_point = 0
         self.unflushed_messages = 0
         self.last_flush_ms = 0
         self.flushed_offset = 0  # everything below is fsynced
         self.append_failing = False  # the last append failed (logged once until one works)
+        #: no other replica: the high watermark follows the log end (else replication
+        #: moves it)
+        self.sole_replica = True
+        self._checkpointed_hwm = -1
 
     # ---- opening -------------------------------------------------------------------------
 
@@ -119,6 +135,7 @@ class PartitionLog:
         self.log_start_offset = state(LOG_START_FILE)
         self.recovery_point = state(RECOVERY_POINT_FILE)
         self.leader_epoch = state(LEADER_EPOCH_FILE)
+        self.epochs = LeaderEpochCache.load(self.directory)
         bases = sorted(
             int(name[:-4]) for name in names if name.endswith(".log") and name[:-4].isdigit()
         )
@@ -150,13 +167,29 @@ class PartitionLog:
             self._roll(self.log_start_offset, 0)
             leo = self.log_start_offset
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
-        self.high_watermark = leo
+        # a replica's checkpointed HWM (below it everything was committed); a log of a
+        # node on its own has none: all of it is committed
+        hwm_path = os.path.join(self.directory, HIGH_WATERMARK_FILE)
+        checkpoint = read_int_file(hwm_path, leo) if HIGH_WATERMARK_FILE in present else leo
+        self.high_watermark = max(min(checkpoint, leo), self.log_start_offset)
+        self._checkpointed_hwm = checkpoint
         self.flushed_offset = leo if clean_shutdown else min(self.recovery_point, leo)
+        self._fit_epochs_to_log()
 
     def _recovery_segment_base(self, bases: list[int]) -> int:
         """Base of the segment holding the recovery point: validate it and all after."""
         i = bisect_right(bases, self.recovery_point)
         return bases[i - 1] if i else 0
+
+    def _fit_epochs_to_log(self) -> None:
+        """Epochs starting at or past the log end (a crash after the checkpoint was written
+        and before the batches were) or wholly below the log start are forgotten."""
+        try:
+            self.epochs.truncate_from_end(self.log_end_offset)
+            self.epochs.truncate_from_start(self.log_start_offset)
+        except OSError as exc:
+            log.warning("%s-%d: cannot rewrite the leader epoch checkpoint: %s", self.topic,
+                        self.partition, exc)
 
     # ---- state ---------------------------------------------------------------------------
 
@@ -216,6 +249,8 @@ class PartitionLog:
         offset = self.log_end_offset
         base = offset
         epoch = self.leader_epoch
+        if epoch > self.epochs.latest_epoch():
+            self.epochs.assign(epoch, offset)  # the first batch this leader epoch writes
         meta: list[tuple[int, int, int, int, int]] = []
         append_time = now_ms if cfg.log_append_time else -1
         for h, pos in zip(batches.headers, batches.positions, strict=True):
@@ -228,8 +263,33 @@ class PartitionLog:
             offset += h.record_count
         seg.append(data, meta, now_ms)
         self.unflushed_messages += batches.record_count
-        self.high_watermark = self.log_end_offset  # one replica: HWM = LEO
+        if self.sole_replica:
+            self.high_watermark = self.log_end_offset  # one replica: HWM = LEO
         return AppendResult(base, offset - 1, append_time, self.log_start_offset)
+
+    def append_replica(self, data: bytes | bytearray | memoryview,
+                       headers: Sequence[BatchHeader], positions: Sequence[int],
+                       now_ms: int) -> None:
+        """A follower's append: batches its leader wrote, checked by the caller to continue
+        this log (``check_replica_batches``), written as they came. The high watermark is
+        the replication's to move."""
+        if not headers:
+            return
+        last = headers[-1]
+        size = positions[-1] + last.size
+        seg = self.active
+        if seg.size and (
+            seg.size + size > self.config.segment_bytes
+            or now_ms - seg.created_ms >= self.config.segment_ms
+        ):
+            seg = self._roll(self.log_end_offset, now_ms)
+        meta = [(pos, h.size, h.base_offset, h.last_offset, h.max_timestamp)
+                for h, pos in zip(headers, positions, strict=True)]
+        try:
+            seg.append(memoryview(data)[:size], meta, now_ms)
+        except OSError as exc:
+            raise storage_error(self, "replicating into", exc) from exc
+        self.unflushed_messages += sum(h.record_count for h in headers)
 
     def _roll(self, base_offset: int, now_ms: int) -> Segment:
         old = self.segments[-1] if self.segments else None
@@ -375,6 +435,20 @@ class PartitionLog:
 
     # ---- retention and deletion -----------------------------------------------------------
 
+    def checkpoint_high_watermark(self) -> None:
+        """Write the HWM if it moved since the last write (a failed write is logged: an
+        older checkpoint only means a lower HWM after a restart)."""
+        if self.high_watermark == self._checkpointed_hwm:
+            return
+        try:
+            write_int_file(os.path.join(self.directory, HIGH_WATERMARK_FILE),
+                           self.high_watermark)
+        except OSError as exc:
+            log.warning("%s-%d: cannot checkpoint the high watermark: %s", self.topic,
+                        self.partition, exc)
+            return
+        self._checkpointed_hwm = self.high_watermark
+
     def set_leader_epoch(self, epoch: int) -> None:
         """The partition's leader epoch as the cluster's metadata says (kept on disk: the
         batches this node appends carry it, and clients are checked against it)."""
@@ -393,6 +467,11 @@ class PartitionLog:
                 raise storage_error(self, "moving the log start offset of", exc) from exc
             self.log_start_offset = offset
             self._delete_segments_below(offset)
+            try:
+                self.epochs.truncate_from_start(offset)
+            except OSError as exc:  # the log start moved: an old first epoch start is harmless
+                log.warning("%s-%d: cannot rewrite the leader epoch checkpoint: %s",
+                            self.topic, self.partition, exc)
 
     def _delete_segments_below(self, offset: int) -> int:
         """Delete whole segments ending at or before offset; the active one stays."""
@@ -440,6 +519,85 @@ class PartitionLog:
             raise ValueError("segments to replace are not a contiguous inactive run of this log")
         self.segments[i : i + n] = [new]
         self._bases = [s.base_offset for s in self.segments]
+
+    # ---- truncation (a follower matching its leader's log) ----------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch at or above offset (never below the log start offset); a batch
+        holding offset goes whole. The log then ends where its last kept batch ends: offset,
+        or the base offset of the batch that held it. Later segments are deleted; the high
+        watermark, flushed offset, recovery point and epoch history follow the new end.
+        Durable on return (the cut segment and the directory are fsynced)."""
+        offset = max(offset, self.log_start_offset)
+        if offset >= self.log_end_offset:
+            return
+        try:
+            self._truncate_to(offset)
+        except OSError as exc:
+            raise storage_error(self, "truncating", exc) from exc
+        log.info("%s-%d: truncated to offset %d", self.topic, self.partition,
+                 self.log_end_offset)
+
+    def _truncate_to(self, offset: int) -> None:
+        if offset < self.segments[0].base_offset:
+            self._truncate_fully(offset)
+            return
+        i = bisect_right(self._bases, offset) - 1
+        later = self.segments[i + 1 :]
+        for seg in reversed(later):  # the last first: a crash meanwhile leaves a prefix
+            seg.delete_files()
+        del self.segments[i + 1 :]
+        self._bases = [s.base_offset for s in self.segments]
+        seg = self.segments[i]
+        leo = cut_segment(seg, offset)
+        seg.fsync()
+        if later:
+            fsync_dir(self.directory)
+        if leo < self.log_start_offset:  # the batch holding the log start went too
+            self._truncate_fully(self.log_start_offset)
+            return
+        self.high_watermark = min(self.high_watermark, leo)
+        self.flushed_offset = min(self.flushed_offset, leo)
+        if self.recovery_point > leo:
+            write_int_file(os.path.join(self.directory, RECOVERY_POINT_FILE), leo)
+            self.recovery_point = leo
+        self.epochs.truncate_from_end(leo)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every batch: the log restarts empty at offset (log start = end = high
+        watermark = offset) with no epoch history. For a follower whose log ends below the
+        leader's log start offset."""
+        try:
+            self._truncate_fully(offset)
+        except OSError as exc:
+            raise storage_error(self, "emptying", exc) from exc
+        log.info("%s-%d: emptied, restarting at offset %d", self.topic, self.partition, offset)
+
+    def _truncate_fully(self, offset: int) -> None:
+        # the log start first: a crash before the segments are gone reopens at it
+        if offset != self.log_start_offset:
+            write_int_file(os.path.join(self.directory, LOG_START_FILE), offset)
+        kept = next((s for s in self.segments if s.base_offset == offset), None)
+        if kept is None:
+            kept = Segment(self.directory, offset, self.config.index_interval_bytes)
+            kept.next_offset = offset
+        else:  # its files keep their name: empty them rather than create them again
+            empty_segment(kept, offset)
+        for seg in reversed(self.segments):
+            if seg is not kept:
+                seg.delete_files()
+        self.segments = [kept]
+        self._bases = [offset]
+        self.log_start_offset = offset
+        self.high_watermark = offset
+        self.flushed_offset = offset
+        self.unflushed_messages = 0
+        kept.fsync()
+        fsync_dir(self.directory)
+        if self.recovery_point != offset:
+            write_int_file(os.path.join(self.directory, RECOVERY_POINT_FILE), offset)
+            self.recovery_point = offset
+        self.epochs.clear()
 
     def close(self) -> None:
         for seg in self.segments:

@@ -25,6 +25,7 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
@@ -38,6 +39,7 @@ class ApiKey(IntEnum):
     CREATE_PARTITIONS = 37
     INCREMENTAL_ALTER_CONFIGS = 44
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     OFFSET_DELETE = 47
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
@@ -80,6 +82,7 @@ SUPPORTED: dict[ApiKey, VersionRange] = {
     ApiKey.CREATE_PARTITIONS: VersionRange(0, 3),
     ApiKey.DELETE_RECORDS: VersionRange(0, 2),
     ApiKey.INIT_PRODUCER_ID: VersionRange(0, 5),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(2, 4),  # kio has v2+
     ApiKey.ADD_PARTITIONS_TO_TXN: VersionRange(0, 3),
     ApiKey.ADD_OFFSETS_TO_TXN: VersionRange(0, 3),
     ApiKey.END_TXN: VersionRange(0, 3),
@@ -89,6 +92,7 @@ SUPPORTED: dict[ApiKey, VersionRange] = {
     ApiKey.DESCRIBE_LOG_DIRS: VersionRange(1, 4),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
     ApiKey.DESCRIBE_QUORUM: VersionRange(0, 2),
+    ApiKey.ELECT_LEADERS: VersionRange(0, 2),
     ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 1),
     ApiKey.DESCRIBE_PRODUCERS: VersionRange(0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: VersionRange(0, 0),
@@ -124,6 +128,7 @@ FIRST_FLEXIBLE: dict[ApiKey, int] = {
     ApiKey.CREATE_PARTITIONS: 2,
     ApiKey.DELETE_RECORDS: 2,
     ApiKey.INIT_PRODUCER_ID: 2,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,
     ApiKey.ADD_PARTITIONS_TO_TXN: 3,
     ApiKey.ADD_OFFSETS_TO_TXN: 3,
     ApiKey.END_TXN: 3,
@@ -133,6 +138,7 @@ FIRST_FLEXIBLE: dict[ApiKey, int] = {
     ApiKey.DESCRIBE_LOG_DIRS: 2,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
     ApiKey.DESCRIBE_QUORUM: 0,
+    ApiKey.ELECT_LEADERS: 2,
     ApiKey.DESCRIBE_CLUSTER: 0,
     ApiKey.DESCRIBE_PRODUCERS: 0,
     ApiKey.DESCRIBE_TRANSACTIONS: 0,

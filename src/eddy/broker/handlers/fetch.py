@@ -55,8 +55,36 @@ def _resolve(broker: Broker, body: Any, version: int) -> list[list[_Wanted]]:
     return topics
 
 
+def replica_id_of(body: Any, version: int) -> int:
+    """The follower a Fetch comes from (-1: a consumer): ``replica_id`` up to v14, the
+    ``replica_state`` tagged field from v15 (KIP-903)."""
+    if version >= 15:
+        state = getattr(body, "replica_state", None)
+        return int(getattr(state, "replica_id", -1)) if state is not None else -1
+    return int(getattr(body, "replica_id", -1))
+
+
+def _follower_fetched(broker: Broker, topics: list[list[_Wanted]], replica: int) -> None:
+    """A follower's fetch offsets are its log ends: the leader records them first (the high
+    watermark may move), and refuses the partitions it does not lead for that follower."""
+    replication = broker.replication
+    for row in topics:
+        for w in row:
+            if w.plog is None or w.error != ErrorCode.none:
+                continue
+            if replication is None:
+                w.error, w.plog = ErrorCode.not_leader_or_follower, None
+                continue
+            if w.leader_epoch >= 0 and w.leader_epoch != w.plog.leader_epoch:
+                continue  # answered FENCED/UNKNOWN_LEADER_EPOCH by the read
+            code = replication.follower_fetched(w.plog, replica, w.offset)
+            if code != ErrorCode.none:
+                w.error, w.plog = code, None
+
+
 def _read_all(
-    broker: Broker, topics: list[list[_Wanted]], max_bytes: int, read_committed: bool
+    broker: Broker, topics: list[list[_Wanted]], max_bytes: int, read_committed: bool,
+    replica: bool = False,
 ) -> tuple[list[list[tuple[_Wanted, ErrorCode, FetchSlice | bytes]]], int]:
     budget = max_bytes
     total = 0
@@ -74,8 +102,12 @@ def _read_all(
                         else ErrorCode.unknown_leader_epoch)
                 res_row.append((w, code, b""))
                 continue
-            limit = (broker.producers.last_stable_offset(plog) if read_committed
-                     else plog.high_watermark)
+            if replica:  # a follower copies the whole log, not only what is committed
+                limit = plog.log_end_offset
+            elif read_committed:
+                limit = broker.producers.last_stable_offset(plog)
+            else:
+                limit = plog.high_watermark
             try:
                 sl = plog.read(w.offset, min(w.max_bytes, budget), limit, min_one=first)
             except KafkaError as exc:
@@ -94,9 +126,12 @@ def _read_all(
 async def handle(broker: Broker, req: Request) -> Any:
     body = req.body
     version = req.api_version
-    read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
+    replica = replica_id_of(body, version)
+    read_committed = replica < 0 and getattr(body, "isolation_level", 0) == READ_COMMITTED
     topics = _resolve(broker, body, version)
-    results, total = _read_all(broker, topics, body.max_bytes, read_committed)
+    if replica >= 0:
+        _follower_fetched(broker, topics, replica)
+    results, total = _read_all(broker, topics, body.max_bytes, read_committed, replica >= 0)
     wait_s = body.max_wait.total_seconds()
     # Kafka answers at once when any partition failed (errorReadingData)
     failed = any(code != ErrorCode.none for row in results for _, code, _ in row)
@@ -110,7 +145,8 @@ async def handle(broker: Broker, req: Request) -> Any:
                 break
             if not await broker.notifier.wait_any(keys, remaining):
                 break
-            results, total = _read_all(broker, topics, body.max_bytes, read_committed)
+            results, total = _read_all(broker, topics, body.max_bytes, read_committed,
+                                       replica >= 0)
             if total >= body.min_bytes:
                 break
     topics_out = []

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 from typing import Any
+
+from kio.schema.types import BrokerId
+from kio.static.primitive import i32
 
 from eddy.broker.broker import Broker
 from eddy.log.partition import PartitionLog
@@ -24,8 +28,9 @@ _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def _append(broker: Broker, plog: PartitionLog, records: bytes | None, version: int
-            ) -> tuple[int, int]:
-    """Validate and append one partition's records; returns (base offset, append time)."""
+            ) -> tuple[int, int, int]:
+    """Validate and append one partition's records; returns (base offset, append time,
+    the offset past the last record)."""
     if records is None:
         raise KafkaError(ErrorCode.invalid_record, "produce request without records")
     data = bytearray(records)
@@ -39,13 +44,15 @@ def _append(broker: Broker, plog: PartitionLog, records: bytes | None, version: 
     duplicate = broker.producers.check(plog, batches)
     if duplicate is not None:
         # a retry of a batch already written: answer with where it went, write nothing
-        return duplicate.first_offset, -1
+        return duplicate.first_offset, -1, duplicate.last_offset + 1
     now = broker.clock.now_ms()
     result = plog.append(data, batches, now)
     broker.metrics.counts.appended_records(plog.topic, batches.record_count, len(data))
     broker.producers.appended(plog, batches, result.base_offset, now)
+    if broker.replication is not None:
+        broker.replication.leader_appended(plog)
     broker.notifier.notify((plog.topic, plog.partition))
-    return result.base_offset, result.log_append_time
+    return result.base_offset, result.log_append_time, result.last_offset + 1
 
 
 def _check_keys(plog: PartitionLog, data: bytearray, batches: ValidatedBatches) -> None:
@@ -95,6 +102,97 @@ def _fail_partition(results: list[tuple[str, list[tuple[int, ErrorCode, int, int
                         else p for p in parts]
 
 
+def _leader_hints(broker: Broker, results: list[tuple[str, list[tuple[
+        int, ErrorCode, int, int, str | None, int]]]]) -> dict[tuple[str, int], tuple[int, int]]:
+    """KIP-951: for each partition refused with NOT_LEADER_OR_FOLLOWER, the leader and
+    epoch the metadata names, so the client retries there without a Metadata round trip."""
+    cluster = broker.cluster
+    hints: dict[tuple[str, int], tuple[int, int]] = {}
+    if cluster is None:
+        return hints
+    for name, parts in results:
+        for p in parts:
+            if p[1] != ErrorCode.not_leader_or_follower:
+                continue
+            part = cluster.state.partition(name, p[0])
+            if part is not None and part.leader >= 0 and part.leader != broker.node_id:
+                hints[(name, p[0])] = (part.leader, part.leader_epoch)
+    return hints
+
+
+def _current_leader(mod: Any, hint: tuple[int, int] | None) -> Any:
+    if not hasattr(mod, "LeaderIdAndEpoch"):
+        return None  # before v10: no such field (``build`` leaves it out)
+    if hint is None:
+        return mod.LeaderIdAndEpoch()  # the default: not written
+    return mod.LeaderIdAndEpoch(leader_id=BrokerId(hint[0]), leader_epoch=i32(hint[1]))
+
+
+def _endpoints(broker: Broker, mod: Any, leaders: set[int]) -> tuple[Any, ...]:
+    cluster = broker.cluster
+    if cluster is None or not leaders or not hasattr(mod, "NodeEndpoint"):
+        return ()
+    out = []
+    for node in sorted(leaders):
+        record = cluster.state.broker(node)
+        if record is None:
+            continue
+        host, _, port = record.kafka_addr.rpartition(":")
+        if not port.isdigit():
+            continue
+        out.append(mod.NodeEndpoint(node_id=BrokerId(node), host=host, port=i32(int(port)),
+                                    rack=record.rack))
+    return tuple(out)
+
+
+def _isr_short(broker: Broker, plog: PartitionLog) -> str | None:
+    """Why an acks=all produce is refused before it is appended (None: it is not): fewer
+    in-sync replicas than ``min.insync.replicas``."""
+    needed = plog.config.min_insync_replicas
+    if needed <= 1:
+        return None
+    replication = broker.replication
+    isr = 1 if replication is None or plog.sole_replica else replication.isr_size(plog)
+    if isr >= needed:
+        return None
+    return (f"The size of the current ISR {isr} is insufficient to satisfy the min.isr "
+            f"requirement of {needed} for partition {plog.topic}-{plog.partition}")
+
+
+async def _flush_all(broker: Broker, plogs: list[PartitionLog]
+                     ) -> list[tuple[PartitionLog, KafkaError]]:
+    """fsync each (group commit); the ones whose fsync failed, with why."""
+    failed: list[tuple[PartitionLog, KafkaError]] = []
+    for plog in plogs:
+        try:
+            await broker.flusher.flush(plog)
+        except KafkaError as exc:  # the fsync failed: appended, but not acknowledged
+            failed.append((plog, exc))
+    return failed
+
+
+async def _replicated(broker: Broker, plog: PartitionLog, end: int, timeout_s: float
+                      ) -> tuple[PartitionLog, KafkaError] | None:
+    """acks=all on a replicated partition: wait until the ISR has ``end``."""
+    replication = broker.replication
+    if replication is None or plog.sole_replica:
+        return None
+    code = await replication.wait_replicated(plog, end, plog.config.min_insync_replicas,
+                                             timeout_s)
+    if code == ErrorCode.none:
+        return None
+    messages = {
+        ErrorCode.not_enough_replicas_after_append:
+            f"the ISR of {plog.topic}-{plog.partition} shrank below min.insync.replicas="
+            f"{plog.config.min_insync_replicas} before the records were replicated",
+        ErrorCode.request_timed_out:
+            f"the records were not replicated to the ISR of {plog.topic}-{plog.partition} "
+            "within the request's timeout",
+    }
+    return plog, KafkaError(code, messages.get(
+        code, f"node {broker.node_id} no longer leads {plog.topic}-{plog.partition}"))
+
+
 async def handle(broker: Broker, req: Request) -> Any:
     body = req.body
     version = req.api_version
@@ -102,6 +200,7 @@ async def handle(broker: Broker, req: Request) -> Any:
     logs = broker.logs
     results: list[tuple[str, list[tuple[int, ErrorCode, int, int, str | None, int]]]] = []
     to_flush: list[PartitionLog] = []
+    waits: list[tuple[PartitionLog, int]] = []  # acks=all: each partition's end offset
     record_errors: dict[tuple[str, int], list[tuple[int, str]]] = {}
     counts = broker.metrics.counts
     for topic_data in body.topic_data:
@@ -126,9 +225,12 @@ async def handle(broker: Broker, req: Request) -> Any:
                 parts.append((pd.index, ErrorCode.invalid_topic_exception, -1, -1,
                               f"cannot append to internal topic {name}", -1))
                 continue
+            if acks == -1 and (short := _isr_short(broker, plog)) is not None:
+                parts.append((pd.index, ErrorCode.not_enough_replicas, -1, -1, short, -1))
+                continue
             counts.produce_received(name, len(pd.records or b""))
             try:
-                base, append_time = _append(broker, plog, pd.records, version)
+                base, append_time, end = _append(broker, plog, pd.records, version)
             except OSError as exc:  # reading the log (producer state) failed: no fd, I/O
                 parts.append((pd.index, ErrorCode.kafka_storage_error, -1, -1,
                               f"storage error on {name}-{pd.index}: {exc}", -1))
@@ -138,16 +240,25 @@ async def handle(broker: Broker, req: Request) -> Any:
                 parts.append((pd.index, exc.code, -1, -1, exc.message, plog.log_start_offset))
                 record_errors[(name, pd.index)] = exc.record_errors
                 continue
-            if acks != 0 and plog.flush_due(broker.clock.now_ms()):
+            if acks == -1:
+                waits.append((plog, end))
+                if not plog.config.write_caching:
+                    to_flush.append(plog)  # acks=all: on disk here before it counts
+            elif acks != 0 and plog.flush_due(broker.clock.now_ms()):
                 to_flush.append(plog)
             parts.append((pd.index, ErrorCode.none, base, append_time, None,
                           plog.log_start_offset))
         results.append((name, parts))
-    for plog in to_flush:
-        try:
-            await broker.flusher.flush(plog)
-        except KafkaError as exc:  # the fsync failed: appended, but not acknowledged
-            _fail_partition(results, plog, exc)
+    if waits and broker.replication is not None:
+        timeout_s = body.timeout.total_seconds()
+        flushed, replicated = await asyncio.gather(
+            _flush_all(broker, to_flush),
+            asyncio.gather(*(_replicated(broker, p, end, timeout_s) for p, end in waits)))
+        failures = flushed + [f for f in replicated if f is not None]
+    else:
+        failures = await _flush_all(broker, to_flush)
+    for failed_log, error in failures:
+        _fail_partition(results, failed_log, error)
     if acks == 0:
         failed = [f"{name}-{p[0]}: {p[1].name}" for name, parts in results for p in parts
                   if p[1] != ErrorCode.none]
@@ -156,8 +267,11 @@ async def handle(broker: Broker, req: Request) -> Any:
             raise CloseConnection(f"acks=0 produce failed: {', '.join(failed)}")
         return None
     mod = response_module(ApiKey.PRODUCE, version)
+    hints = _leader_hints(broker, results) if version >= 10 else {}
+    endpoints = _endpoints(broker, mod, {leader for leader, _ in hints.values()})
     return build(
         mod.ProduceResponse,
+        node_endpoints=endpoints,
         responses=tuple(
             build(
                 mod.TopicProduceResponse,
@@ -178,6 +292,7 @@ async def handle(broker: Broker, req: Request) -> Any:
                             for i, m in record_errors.get((name, index), ())
                         ) if hasattr(mod, "BatchIndexAndErrorMessage") else (),
                         error_message=msg,
+                        current_leader=_current_leader(mod, hints.get((name, index))),
                     )
                     for index, code, base, at, msg, start in parts
                 ),

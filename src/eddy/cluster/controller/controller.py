@@ -21,7 +21,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from eddy.cluster.controller import leaders
+from eddy.cluster.controller import elections, leaders
 from eddy.cluster.controller.config import ControllerConfig, ControllerError
 from eddy.cluster.controller.registry import BrokerSessions
 from eddy.cluster.controller.tasks import StorageGc, TaskSchedule
@@ -79,6 +79,9 @@ class Controller:
         self._gc_orders: dict[int, list[bytes]] = {}
         self._pending: dict[tuple[object, ...], int] = {}
         self._last_live: frozenset[int] | None = None
+        self._last_stopping: frozenset[int] = frozenset()
+        #: brokers in controlled shutdown: node id -> the epoch that asked
+        self._stopping: dict[int, int] = {}
         self.active = False
         builtin = [
             (PARTITION_RECONCILE, config.partition_reconcile_interval_ms),
@@ -100,6 +103,7 @@ class Controller:
         self._pending.clear()
         self._gc_orders.clear()
         self._last_live = None
+        self._stopping.clear()
         self.active = True
 
     def stop(self) -> None:
@@ -163,21 +167,86 @@ class Controller:
 
     def _converge(self, now_ms: int, rescan: bool) -> list[MetadataCommand]:
         live = self.sessions.live_set(self.state, now_ms)
+        stopping = self.stopping()
         out: list[MetadataCommand] = []
         for broker in self.state.all_brokers():
             fence_key = ("fence", broker.node_id, broker.epoch)
             unfence_key = ("unfence", broker.node_id, broker.epoch)
             self._pending.pop(fence_key if broker.fenced else unfence_key, None)
-            if broker.fenced and broker.node_id in live:
+            if broker.fenced and broker.node_id in live and broker.node_id not in stopping:
                 self._emit(out, unfence_key, UnfenceBroker(broker.node_id, broker.epoch),
                            now_ms)
             elif not broker.fenced and broker.node_id not in live:
                 self._emit(out, fence_key, FenceBroker(broker.node_id, broker.epoch), now_ms)
-        if rescan or live != self._last_live:
-            for change in leaders.reconcile(self.state, live, self._unclean):
+        if rescan or live != self._last_live or stopping != self._last_stopping:
+            for change in leaders.reconcile(self.state, live, self._unclean, stopping):
                 self._emit_partition(out, change, now_ms)
-        self._last_live = live
+        self._last_live, self._last_stopping = live, stopping
         return out
+
+    # -- controlled shutdown and ElectLeaders (see elections.py) ------------------------------
+    def stopping(self) -> frozenset[int]:
+        """The brokers in controlled shutdown (a broker that registered again since, or is
+        gone, is forgotten)."""
+        for node_id, epoch in list(self._stopping.items()):
+            broker = self.state.broker(node_id)
+            if broker is None or broker.epoch != epoch:
+                del self._stopping[node_id]
+        return frozenset(self._stopping)
+
+    def in_controlled_shutdown(self, node_id: int) -> bool:
+        """Whether ``node_id`` is shutting down: it may not join an ISR or be elected."""
+        return node_id in self.stopping()
+
+    def check_isr_joiners(self, topic: str, partition: int, isr: Iterable[int]) -> None:
+        """An ISR change (the leader's AlterPartition) may not add a broker in controlled
+        shutdown: INELIGIBLE_REPLICA, as Kafka's controller answers (KIP-841)."""
+        part = self.state.partition(topic, partition)
+        current = () if part is None else part.isr
+        stopping = self.stopping()
+        refused = sorted(n for n in isr if n not in current and n in stopping)
+        if refused:
+            raise ControllerError(
+                ErrorCode.ineligible_replica,
+                f"{topic}-{partition}: the new ISR names brokers in controlled shutdown "
+                f"{refused}")
+
+    def controlled_shutdown(self, node_id: int, epoch: int,
+                            now_ms: int) -> list[ChangePartitionLeader]:
+        """Broker ``node_id`` (in ``epoch``) is stopping: from now on it is never elected,
+        unfenced or placed, and the returned changes take it out of every ISR and move what
+        it leads to other live ISR members (a partition it is the only live ISR member of
+        stays with it). It counts as a heartbeat. Asking again gives what is left to do."""
+        self._require_active()
+        broker = self.state.broker(node_id)
+        if broker is None:
+            raise ControllerError(ErrorCode.broker_id_not_registered,
+                                  f"node_id: broker {node_id} is not registered")
+        if epoch != broker.epoch:
+            raise ControllerError(
+                ErrorCode.stale_broker_epoch,
+                f"epoch: broker {node_id} epoch {epoch} is not its current {broker.epoch}",
+            )
+        self.sessions.heartbeat(node_id, epoch, now_ms)
+        self._stopping[node_id] = epoch
+        live = frozenset(n for n in self.sessions.live_set(self.state, now_ms)
+                         if self.state.is_live(n))
+        return elections.plan_shutdown(self.state, node_id, live, self.stopping(),
+                                       self._unclean)
+
+    def elect_leaders(self, election_type: int,
+                      targets: Sequence[tuple[str, Sequence[int]]] | None, now_ms: int
+                      ) -> list[tuple[str, list[elections.ElectionOutcome]]]:
+        """ElectLeaders: each partition's outcome (with the command to propose for it).
+        Raises ``ControllerError`` INVALID_REQUEST for an unknown election type."""
+        self._require_active()
+        if election_type not in (elections.PREFERRED, elections.UNCLEAN):
+            raise ControllerError(ErrorCode.invalid_request,
+                                  f"Unknown election type {election_type}")
+        stopping = self.stopping()
+        live = frozenset(n for n in self.sessions.live_set(self.state, now_ms)
+                         if self.state.is_live(n) and n not in stopping)
+        return elections.plan_elections(self.state, live, election_type, targets)
 
     def _emit(self, out: list[MetadataCommand], key: tuple[object, ...],
               command: MetadataCommand, now_ms: int) -> None:
@@ -206,7 +275,8 @@ class Controller:
         auto.leader.rebalance; also run on its schedule when that is enabled)."""
         self._require_active()
         live = self.sessions.live_set(self.state, now_ms)
-        live = frozenset(n for n in live if self.state.is_live(n))
+        stopping = self.stopping()
+        live = frozenset(n for n in live if self.state.is_live(n) and n not in stopping)
         out: list[MetadataCommand] = []
         for change in leaders.preferred_leader_moves(
             self.state, live, self.config.leader_imbalance_per_broker_percentage
@@ -216,8 +286,9 @@ class Controller:
 
     # -- topics ------------------------------------------------------------------------------
     def placement_nodes(self, now_ms: int) -> dict[int, str | None]:
-        """Unfenced brokers whose session is alive, and their racks."""
-        live = self.sessions.live_set(self.state, now_ms)
+        """Unfenced brokers whose session is alive (and not shutting down), and their
+        racks."""
+        live = self.sessions.live_set(self.state, now_ms) - self.stopping()
         return {n: rack for n, rack in self.state.placement_nodes().items() if n in live}
 
     def create_topic(self, name: str, partitions: int | None, replication_factor: int | None,

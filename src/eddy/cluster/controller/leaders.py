@@ -10,6 +10,10 @@ For each partition, given the live brokers:
   leads (ISR: just it; records past its log end are lost), else the partition is offline:
   leader -1 and the ISR left as it was (it may not be empty, and its members are the ones
   that can lead without losing data when they come back).
+
+Brokers in ``stopping`` (a controlled shutdown) are live but never chosen: they leave every
+ISR, and a partition they lead moves to another live ISR member; one with no other live
+ISR member stays with its stopping leader (it serves until it exits).
 """
 
 from __future__ import annotations
@@ -24,18 +28,22 @@ from eddy.cluster.metadata.state import MetadataState
 __all__ = ["elect", "leader_change", "partitions", "preferred_leader_moves", "reconcile"]
 
 
-def elect(part: PartitionRecord, live: AbstractSet[int],
-          unclean: bool) -> tuple[int, tuple[int, ...]]:
-    """The leader and ISR ``part`` should have with ``live`` brokers."""
+def elect(part: PartitionRecord, live: AbstractSet[int], unclean: bool,
+          stopping: AbstractSet[int] = frozenset()) -> tuple[int, tuple[int, ...]]:
+    """The leader and ISR ``part`` should have with ``live`` brokers, of which those in
+    ``stopping`` are shutting down."""
     live_isr = tuple(n for n in part.isr if n in live)
-    if part.leader != NO_LEADER and part.leader in live_isr:
-        return part.leader, live_isr
+    eligible = tuple(n for n in live_isr if n not in stopping) if stopping else live_isr
+    if part.leader != NO_LEADER and part.leader in eligible:
+        return part.leader, eligible
     for node in part.replicas:
-        if node in live_isr:
-            return node, live_isr
+        if node in eligible:
+            return node, eligible
+    if part.leader != NO_LEADER and part.leader in live_isr:
+        return part.leader, live_isr  # a stopping leader nobody can take over from
     if unclean:
         for node in part.replicas:
-            if node in live:
+            if node in live and node not in stopping:
                 return node, (node,)
     return NO_LEADER, part.isr
 
@@ -58,21 +66,23 @@ def partitions(state: MetadataState) -> Iterator[tuple[str, int, PartitionRecord
 
 
 def reconcile(state: MetadataState, live: AbstractSet[int],
-              unclean: Callable[[str], bool]) -> list[ChangePartitionLeader]:
-    """The leader/ISR changes that bring every partition in line with ``live``.
-    ``unclean(topic)`` is asked only for partitions without a live ISR member."""
+              unclean: Callable[[str], bool],
+              stopping: AbstractSet[int] = frozenset()) -> list[ChangePartitionLeader]:
+    """The leader/ISR changes that bring every partition in line with ``live`` (and
+    ``stopping``, see the module). ``unclean(topic)`` is asked only for partitions without
+    a live ISR member."""
     out: list[ChangePartitionLeader] = []
     cache: dict[str, bool] = {}
     for name, index, part in partitions(state):
         leader_ok = part.leader in live
-        if leader_ok and all(n in live for n in part.isr):
+        if leader_ok and all(n in live and n not in stopping for n in part.isr):
             continue  # the common case, no work
         allow = False
-        if not leader_ok and not any(n in live for n in part.isr):
+        if not leader_ok and not any(n in live and n not in stopping for n in part.isr):
             if name not in cache:
                 cache[name] = unclean(name)
             allow = cache[name]
-        leader, isr = elect(part, live, allow)
+        leader, isr = elect(part, live, allow, stopping)
         command = leader_change(name, index, part, leader, isr)
         if command is not None:
             out.append(command)

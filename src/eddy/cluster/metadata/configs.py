@@ -41,6 +41,7 @@ DYNAMIC_BROKER_CONFIGS: dict[str, str] = {
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
     "compression.type": "compression.type",
+    "log.write.caching": "write.caching",
 }
 #: the most config entries one resource may hold (more than every known name)
 MAX_ENTRIES = 256

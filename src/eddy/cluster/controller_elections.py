@@ -1,0 +1,82 @@
+"""The controller's answers to ``ElectLeadersRequest`` and ``ControlledShutdownRequest``
+(run by ``ControllerService`` on the metadata leader): the sans-IO ``Controller`` plans the
+leader changes, they are proposed through Raft, and the reply is built once they are
+applied, with each partition's outcome."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from eddy.cluster.controller import Controller
+from eddy.cluster.controller.elections import ElectionOutcome, still_led
+from eddy.cluster.controller_rpc import (
+    ControlledShutdownRequest,
+    ControllerReply,
+    ElectLeadersRequest,
+    PartitionOutcome,
+    TopicOutcome,
+    reply,
+)
+from eddy.cluster.metadata import ApplyResult, MetadataCommand
+from eddy.protocol.errors import ErrorCode
+
+__all__ = ["STAYS_MESSAGE", "ElectionRpcs"]
+
+log = logging.getLogger(__name__)
+
+ProposeAll = Callable[[Sequence[MetadataCommand]], Awaitable[list[ApplyResult]]]
+STAYS_MESSAGE = "no other live in-sync replica: it stays with the stopping broker"
+
+
+class ElectionRpcs:
+    def __init__(self, controller: Controller, propose_all: ProposeAll, node_id: int) -> None:
+        self.controller = controller
+        self.propose_all = propose_all
+        self.node_id = node_id
+
+    async def elect_leaders(self, request: ElectLeadersRequest, now_ms: int) -> ControllerReply:
+        """Each partition's answer; a planned change the state then refuses (the partition
+        moved on meanwhile) is answered with the refusal's code."""
+        targets = None if request.topics is None else [(t.topic, t.partitions)
+                                                       for t in request.topics]
+        planned = self.controller.elect_leaders(request.election_type, targets, now_ms)
+        commands = [o.command for _, outcomes in planned for o in outcomes
+                    if o.command is not None]
+        results = iter(await self.propose_all(commands) if commands else [])
+        if commands:
+            log.info("ElectLeaders (%s): moving the leader of %d partitions",
+                     "unclean" if request.election_type else "preferred", len(commands))
+
+        def answer(o: ElectionOutcome) -> PartitionOutcome:
+            if o.command is not None:
+                result = next(results)
+                if not result.ok:
+                    return PartitionOutcome(o.partition, int(result.code),
+                                            result.message or None)
+            return PartitionOutcome(o.partition, int(o.code), o.message)
+
+        topics = tuple(TopicOutcome(name, tuple(answer(o) for o in outcomes))
+                       for name, outcomes in planned)
+        return reply(controller=self.node_id, outcomes=topics)
+
+    async def controlled_shutdown(self, request: ControlledShutdownRequest,
+                                  now_ms: int) -> ControllerReply:
+        """Propose the moves, wait for them, then name what the broker still leads."""
+        commands = self.controller.controlled_shutdown(request.node_id, request.epoch, now_ms)
+        if commands:
+            results = await self.propose_all(commands)
+            refused = sum(not r.ok for r in results)
+            log.info("controlled shutdown of broker %d: %d leader/ISR changes (%d refused)",
+                     request.node_id, len(commands), refused)
+        left = still_led(self.controller.state, request.node_id)
+        by_topic: dict[str, list[PartitionOutcome]] = {}
+        for name, index in left:
+            by_topic.setdefault(name, []).append(PartitionOutcome(
+                index, int(ErrorCode.eligible_leaders_not_available), STAYS_MESSAGE))
+        if left:
+            log.info("controlled shutdown of broker %d: %d partitions stay with it (%s)",
+                     request.node_id, len(left),
+                     ", ".join(f"{n}-{i}" for n, i in left[:10]))
+        return reply(controller=self.node_id, value=len(left),
+                     outcomes=tuple(TopicOutcome(n, tuple(p)) for n, p in by_topic.items()))

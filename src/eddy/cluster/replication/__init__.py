@@ -1,0 +1,1 @@
+"""ISR replication: followers fetch from leaders, the high watermark, acks=all."""
