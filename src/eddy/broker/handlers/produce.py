@@ -161,13 +161,18 @@ def _isr_short(broker: Broker, plog: PartitionLog) -> str | None:
 
 async def _flush_all(broker: Broker, plogs: list[PartitionLog]
                      ) -> list[tuple[PartitionLog, KafkaError]]:
-    """fsync each (group commit); the ones whose fsync failed, with why."""
+    """fsync each (group commit; the partitions' fsyncs run side by side in the executor);
+    the ones whose fsync failed, with why."""
+    if not plogs:
+        return []
+    outcomes = await asyncio.gather(*(broker.flusher.flush(p) for p in plogs),
+                                    return_exceptions=True)
     failed: list[tuple[PartitionLog, KafkaError]] = []
-    for plog in plogs:
-        try:
-            await broker.flusher.flush(plog)
-        except KafkaError as exc:  # the fsync failed: appended, but not acknowledged
-            failed.append((plog, exc))
+    for plog, outcome in zip(plogs, outcomes, strict=True):
+        if isinstance(outcome, KafkaError):  # the fsync failed: appended, not acknowledged
+            failed.append((plog, outcome))
+        elif isinstance(outcome, BaseException):
+            raise outcome
     return failed
 
 
