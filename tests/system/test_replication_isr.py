@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.produce.v10.request import (
     PartitionProduceData,
     ProduceRequest,
@@ -119,3 +120,12 @@ def test_a_follower_answers_with_the_leader(cluster: Cluster) -> None:
     assert answer.error_code == 6  # NOT_LEADER_OR_FOLLOWER
     assert answer.current_leader.leader_id == leader_id
     assert answer.current_leader.leader_epoch >= 0
+    with RawClient(follower.host, follower.port, 10.0) as raw:
+        fetched = raw.call(FetchRequest(
+            max_wait=datetime.timedelta(0), min_bytes=1, topics=(FetchTopic(
+                topic=TOPIC, partitions=(FetchPartition(
+                    partition=0, fetch_offset=0, partition_max_bytes=1 << 20),)),),
+            forgotten_topics_data=()))
+    (part,) = fetched.responses[0].partitions
+    assert part.error_code == 6
+    assert part.current_leader.leader_id == leader_id

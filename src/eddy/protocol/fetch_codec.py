@@ -14,6 +14,7 @@ _I32 = struct.Struct(">i")
 _PART_FIXED = struct.Struct(">ihqqq")  # index, error, hwm, lso, log start
 _PART_FIXED_V4 = struct.Struct(">ihqq")  # v4: no log start offset
 _ABORTED = struct.Struct(">qq")
+_LEADER = struct.Struct(">ii")
 
 
 def _uvarint(n: int) -> bytes:
@@ -34,6 +35,18 @@ class FetchPartition:
     log_start_offset: int
     aborted: list[tuple[int, int]] | None
     records: Sized | None  # bytes, or a file range the connection sends itself
+    #: KIP-951 (v12+ tagged field 1): the leader and epoch a NOT_LEADER_OR_FOLLOWER names
+    current_leader: tuple[int, int] | None = None
+
+
+@dataclass(slots=True)
+class NodeEndpoint:
+    """KIP-951 (v16+ tagged field 0 of the response): where a named leader listens."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
 
 
 @dataclass(slots=True)
@@ -51,6 +64,7 @@ def encode_fetch_response(
     error_code: int = 0,
     session_id: int = 0,
     throttle_ms: int = 0,
+    node_endpoints: list[NodeEndpoint] | None = None,
 ) -> list[Sized]:
     """The response (header included, size prefix excluded) as a list of buffers."""
     flexible = version >= 12
@@ -102,10 +116,32 @@ def encode_fetch_response(
                     chunks.append(records)
                     buf = bytearray()
             if flexible:
-                buf.append(0)  # partition tagged fields
+                if p.current_leader is not None:  # one tagged field: tag 1, 9 bytes
+                    buf += b"\x01\x01\x09" + _LEADER.pack(*p.current_leader) + b"\x00"
+                else:
+                    buf.append(0)  # partition tagged fields
         if flexible:
             buf.append(0)  # topic tagged fields
     if flexible:
-        buf.append(0)  # response tagged fields
+        if version >= 16 and node_endpoints:
+            field = _node_endpoints(node_endpoints)
+            buf += b"\x01\x00" + _uvarint(len(field)) + field
+        else:
+            buf.append(0)  # response tagged fields
     chunks.append(bytes(buf))
     return chunks
+
+
+def _compact_string(value: str | None) -> bytes:
+    if value is None:
+        return b"\x00"
+    data = value.encode()
+    return _uvarint(len(data) + 1) + data
+
+
+def _node_endpoints(endpoints: list[NodeEndpoint]) -> bytes:
+    out = bytearray(_uvarint(len(endpoints) + 1))
+    for e in endpoints:
+        out += _I32.pack(e.node_id) + _compact_string(e.host) + _I32.pack(e.port)
+        out += _compact_string(e.rack) + b"\x00"
+    return bytes(out)

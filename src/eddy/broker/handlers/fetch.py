@@ -7,10 +7,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from eddy.broker.broker import Broker
+from eddy.broker.handlers.leader_hints import endpoints, leader_hint
 from eddy.log.partition import FetchSlice, PartitionLog
 from eddy.protocol.codec import Encoded, Request
 from eddy.protocol.errors import ErrorCode, KafkaError
-from eddy.protocol.fetch_codec import FetchPartition, FetchTopic, encode_fetch_response
+from eddy.protocol.fetch_codec import (
+    FetchPartition,
+    FetchTopic,
+    NodeEndpoint,
+    encode_fetch_response,
+)
 
 READ_COMMITTED = 1
 
@@ -150,6 +156,7 @@ async def handle(broker: Broker, req: Request) -> Any:
             if total >= body.min_bytes:
                 break
     topics_out = []
+    hinted: set[int] = set()
     counts = broker.metrics.counts
     for ft, row in zip(body.topics, results, strict=True):
         partitions = []
@@ -165,6 +172,9 @@ async def handle(broker: Broker, req: Request) -> Any:
                 if plog is not None and len(data):
                     # every aborted transaction overlapping the bytes returned
                     aborted = broker.producers.of(plog).aborted_in(w.offset, lso)
+            hint = leader_hint(broker, w.topic, w.partition, code) if version >= 12 else None
+            if hint is not None:
+                hinted.add(hint[0])
             partitions.append(
                 FetchPartition(
                     index=w.partition,
@@ -174,6 +184,7 @@ async def handle(broker: Broker, req: Request) -> Any:
                     log_start_offset=plog.log_start_offset if plog is not None else -1,
                     aborted=aborted,
                     records=data,
+                    current_leader=hint,
                 )
             )
         if sent and row[0][0].topic is not None:
@@ -181,4 +192,7 @@ async def handle(broker: Broker, req: Request) -> Any:
         topics_out.append(
             FetchTopic(getattr(ft, "topic", None), getattr(ft, "topic_id", None), partitions)
         )
-    return Encoded(encode_fetch_response(version, req.correlation_id, topics_out))
+    return Encoded(encode_fetch_response(version, req.correlation_id, topics_out,
+                                         node_endpoints=[NodeEndpoint(*e) for e in
+                                                         endpoints(broker, hinted)]))
+

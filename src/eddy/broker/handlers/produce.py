@@ -11,6 +11,7 @@ from kio.schema.types import BrokerId
 from kio.static.primitive import i32
 
 from eddy.broker.broker import Broker
+from eddy.broker.handlers.leader_hints import endpoints, leader_hint
 from eddy.log.partition import PartitionLog
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
@@ -104,19 +105,13 @@ def _fail_partition(results: list[tuple[str, list[tuple[int, ErrorCode, int, int
 
 def _leader_hints(broker: Broker, results: list[tuple[str, list[tuple[
         int, ErrorCode, int, int, str | None, int]]]]) -> dict[tuple[str, int], tuple[int, int]]:
-    """KIP-951: for each partition refused with NOT_LEADER_OR_FOLLOWER, the leader and
-    epoch the metadata names, so the client retries there without a Metadata round trip."""
-    cluster = broker.cluster
+    """KIP-951: the leader and epoch of each partition refused as not this node's."""
     hints: dict[tuple[str, int], tuple[int, int]] = {}
-    if cluster is None:
-        return hints
     for name, parts in results:
         for p in parts:
-            if p[1] != ErrorCode.not_leader_or_follower:
-                continue
-            part = cluster.state.partition(name, p[0])
-            if part is not None and part.leader >= 0 and part.leader != broker.node_id:
-                hints[(name, p[0])] = (part.leader, part.leader_epoch)
+            hint = leader_hint(broker, name, p[0], p[1])
+            if hint is not None:
+                hints[(name, p[0])] = hint
     return hints
 
 
@@ -129,20 +124,10 @@ def _current_leader(mod: Any, hint: tuple[int, int] | None) -> Any:
 
 
 def _endpoints(broker: Broker, mod: Any, leaders: set[int]) -> tuple[Any, ...]:
-    cluster = broker.cluster
-    if cluster is None or not leaders or not hasattr(mod, "NodeEndpoint"):
+    if not leaders or not hasattr(mod, "NodeEndpoint"):
         return ()
-    out = []
-    for node in sorted(leaders):
-        record = cluster.state.broker(node)
-        if record is None:
-            continue
-        host, _, port = record.kafka_addr.rpartition(":")
-        if not port.isdigit():
-            continue
-        out.append(mod.NodeEndpoint(node_id=BrokerId(node), host=host, port=i32(int(port)),
-                                    rack=record.rack))
-    return tuple(out)
+    return tuple(mod.NodeEndpoint(node_id=BrokerId(node), host=host, port=i32(port), rack=rack)
+                 for node, host, port, rack in endpoints(broker, leaders))
 
 
 def _isr_short(broker: Broker, plog: PartitionLog) -> str | None:
