@@ -210,7 +210,7 @@ class Fetcher:
 
     async def _fetch(self, link: LeaderLink) -> bool:
         """One fetch round; False when no partition could be fetched (all refused)."""
-        ready = [f for f in self.follows.values() if f.truncated]
+        ready = await self._durable([f for f in self.follows.values() if f.truncated])
         if not ready:
             return False
         config = self.manager.broker.config
@@ -234,7 +234,6 @@ class Fetcher:
             log.info("replica fetch from node %d refused: %s", self.leader, code.name)
             return False
         fetched = False
-        to_flush: list[PartitionLog] = []
         for topic in response.responses:
             for part in topic.partitions:
                 follow = self.follows.get((str(topic.topic), int(part.partition_index)))
@@ -242,13 +241,29 @@ class Fetcher:
                     continue
                 if self._take(follow, part):
                     fetched = True
-                    if follow.plog.flushed_offset < follow.plog.log_end_offset \
-                            and not follow.plog.config.write_caching:
-                        to_flush.append(follow.plog)
-        if to_flush:
-            flusher = self.manager.broker.flusher
-            await asyncio.gather(*(flusher.flush(p) for p in to_flush))
         return fetched
+
+    async def _durable(self, follows: list[Follow]) -> list[Follow]:
+        """The partitions that may fetch now: with write caching off, what was appended is
+        fsynced first (group commit), since the next fetch offset tells the leader this
+        replica has it. One whose fsync fails (a full disk) sits this round out: its offset
+        is not reported until its bytes are on disk."""
+        unflushed = [f for f in follows if not f.plog.config.write_caching
+                     and f.plog.flushed_offset < f.plog.log_end_offset]
+        if not unflushed:
+            return follows
+        flusher = self.manager.broker.flusher
+        outcomes = await asyncio.gather(*(flusher.flush(f.plog) for f in unflushed),
+                                        return_exceptions=True)
+        failed: set[int] = set()
+        for f, outcome in zip(unflushed, outcomes, strict=True):
+            if isinstance(outcome, KafkaError):
+                log.debug("%s-%d: %s (not fetching until it works)", f.topic, f.partition,
+                            outcome.message)
+                failed.add(id(f))
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        return [f for f in follows if id(f) not in failed]
 
     def _take(self, follow: Follow, part: Any) -> bool:
         """Apply one partition's answer; False when it was refused."""
