@@ -47,14 +47,23 @@ class Flusher:
                 await asyncio.shield(running)
                 continue
             segments, covered = plog.segments_to_flush()
-            fut = loop.run_in_executor(None, _fsync_all, segments)
-            self._running[id(plog)] = fut
+            # joiners wait for this, resolved once the flushed offset has moved (waiting
+            # for the executor's future itself could wake them before it has)
+            done: asyncio.Future[None] = loop.create_future()
+            self._running[id(plog)] = done
             try:
-                await fut
+                await loop.run_in_executor(None, _fsync_all, segments)
             except OSError as exc:
                 log.error("%s-%d: fsync failed: %s", plog.topic, plog.partition, exc)
+                done.set_exception(exc)
+                done.exception()  # joiners re-raise it; none may be waiting
                 raise
+            except BaseException:
+                done.set_result(None)  # cancelled: joiners look again (and flush themselves)
+                raise
+            else:
+                plog.flush_completed(covered, self._clock.now_ms())
+                done.set_result(None)
             finally:
                 del self._running[id(plog)]
-            plog.flush_completed(covered, self._clock.now_ms())
         raise RuntimeError(f"flush of {plog.topic}-{plog.partition} did not converge")

@@ -28,10 +28,12 @@ from eddy.broker.handlers import (
     produce,
     producer_id,
     quorum,
+    reassignments,
     transactions,
     users,
 )
 from eddy.broker.memory_pool import MemoryPool
+from eddy.broker.pipeline import serve_pipelined
 from eddy.broker.sender import ResponseWriter
 from eddy.config import BrokerConfig
 from eddy.observe.counters import HotCounters, NullCounters
@@ -75,6 +77,8 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.DESCRIBE_CLUSTER: admin.describe_cluster,
     ApiKey.DESCRIBE_QUORUM: quorum.describe_quorum,
     ApiKey.ELECT_LEADERS: elect_leaders.elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: reassignments.alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: reassignments.list_partition_reassignments,
     ApiKey.FIND_COORDINATOR: coordinator.find_coordinator,
     ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
     ApiKey.ALTER_CONFIGS: configs.alter_configs,
@@ -211,23 +215,13 @@ class KafkaServer:
             self.limits.release(conn.peer_ip)
 
     async def _serve(self, conn: Connection, transport: asyncio.Transport) -> None:
-        """One request at a time, answered in order (as Kafka does per connection)."""
+        """Requests answered in order (as Kafka does per connection); consecutive Produces
+        overlap (see ``pipeline``)."""
         out = ResponseWriter(transport, conn.drain, self.node.config.sendfile)
         host = f"/{conn.peer_ip}" if conn.peer_ip else ""
-        while True:
-            frame = await conn.read_frame()
-            if frame is None:
-                return
-            conn.busy = True
-            try:
-                chunks = await self.dispatch(frame, host)
-            finally:
-                conn.busy = False
-                conn.release(len(frame))
-                del frame  # handled: its memory is back in the pool, so let it go
-            if chunks is not None:
-                await out.send(chunks)
-            del chunks  # sent: let go of its file pins before waiting for the next request
+        await serve_pipelined(conn, lambda frame: self.dispatch(frame, host), out.send,
+                              transport.close)
+        conn.busy = False
 
     async def _sweep_forever(self) -> None:
         config = self.node.config
