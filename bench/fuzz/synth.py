@@ -149,11 +149,40 @@ def _elect_leaders() -> Any:
         topic="fuzz-healthy", partitions=(0, 1)),), timeout=datetime.timedelta(seconds=5))
 
 
+def _alter_partition_reassignments() -> Any:
+    """An operator moving one partition and cancelling another's move."""
+    from kio.schema.alter_partition_reassignments.v0.request import (
+        AlterPartitionReassignmentsRequest,
+        ReassignablePartition,
+        ReassignableTopic,
+    )
+
+    return AlterPartitionReassignmentsRequest(
+        timeout=datetime.timedelta(seconds=5), topics=(ReassignableTopic(
+            name="fuzz-healthy", partitions=(
+                ReassignablePartition(partition_index=0, replicas=(1,)),
+                ReassignablePartition(partition_index=1, replicas=None))),))
+
+
+def _list_partition_reassignments() -> Any:
+    """The moves under way of two partitions of one topic."""
+    from kio.schema.list_partition_reassignments.v0.request import (
+        ListPartitionReassignmentsRequest,
+        ListPartitionReassignmentsTopics,
+    )
+
+    return ListPartitionReassignmentsRequest(
+        timeout=datetime.timedelta(seconds=5), topics=(ListPartitionReassignmentsTopics(
+            name="fuzz-healthy", partition_indexes=(0, 1)),))
+
+
 #: APIs no recorded client sends (operator tools' requests): a hand-made body to start from
 HANDMADE: dict[int, Callable[[], Any]] = {
     ApiKey.DESCRIBE_QUORUM: _describe_quorum,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _offset_for_leader_epoch,
     ApiKey.ELECT_LEADERS: _elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: _list_partition_reassignments,
 }
 
 

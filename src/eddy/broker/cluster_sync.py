@@ -12,6 +12,12 @@ Only the data of the partitions a node is a replica of is kept; the replication 
 (``broker.replication``) is handed every hosted partition with its record after each pass:
 it leads or follows each as the record says.
 
+A node taken out of a partition's replicas (a completed reassignment, committed in the
+metadata) deletes its copy once the replication manager has stopped serving it: the whole
+local topic when no partition of it is left here, else that partition's data (an empty log
+stays in its place). ``ReplicaMembership`` guards against a stale replica of the metadata
+(one replayed after a restart) asking for that.
+
 Nothing the cluster did not make is ever deleted: the ids of the topics this node created
 from the metadata are kept in ``cluster-topics.json``; a topic the node held before it
 joined (a single node's data dir given ``controller.quorum.voters``) is imported instead:
@@ -28,6 +34,8 @@ import os
 import uuid
 from typing import TYPE_CHECKING
 
+from eddy.broker.producers import SNAPSHOT_FILE
+from eddy.broker.replica_membership import ReplicaMembership
 from eddy.cluster.controller_client import ControllerUnavailable
 from eddy.cluster.controller_rpc import ImportOffsetsRequest, ImportTopicRequest
 from eddy.cluster.metadata import MetadataState
@@ -74,6 +82,7 @@ class ReplicaSync:
         self._retry: asyncio.TimerHandle | None = None
         self._made_path = os.path.join(broker.config.data_dir, MADE_FILE)
         self.made = self._load_made()  # topic ids (hex) this node created from the cluster
+        self.membership = ReplicaMembership(broker.config.data_dir)
 
     def _load_made(self) -> set[str]:
         try:
@@ -123,6 +132,7 @@ class ReplicaSync:
         broker.dynamic_configs.apply()  # before topics are made: they resolve with them
         led: set[tuple[str, int]] = set()
         hosted: dict[tuple[str, int], tuple[PartitionLog, PartitionRecord]] = {}
+        stray: list[tuple[str, int]] = []  # copies to delete: no longer a replica here
         failed = False
         for name in state.topic_names():
             record = state.topic(name)
@@ -138,6 +148,10 @@ class ReplicaSync:
                 local = None
             elif local is not None:
                 self._mark_made(topic_id, True)  # imported (its answer may have been lost)
+            if local is not None and not local.is_internal and topic_id.hex in self.made:
+                stray.extend((name, index) for index, part in enumerate(record.partitions)
+                             if me not in part.replicas
+                             and self.membership.removable(topic_id.hex, index, part))
             if not any(me in p.replicas for p in record.partitions):
                 continue
             configs = {e.name: e.value for e in record.configs}
@@ -152,6 +166,7 @@ class ReplicaSync:
                     logs.alter_topic_configs(name, configs)
                 for index, part in enumerate(record.partitions):
                     if me in part.replicas:
+                        self.membership.hosting(topic_id.hex, index, part)
                         local.partitions[index].set_leader_epoch(part.leader_epoch)
                         hosted[(name, index)] = (local.partitions[index], part)
                     if part.leader == me:
@@ -163,11 +178,50 @@ class ReplicaSync:
         if failed and self._retry is None:
             self._retry = asyncio.get_running_loop().call_later(SYNC_RETRY_S, self._retry_now)
         broker.led = led
+        self._save_membership()
         if broker.replication is not None:
-            broker.replication.apply(hosted)
+            broker.replication.apply(hosted)  # stops serving the stray copies first
+        if stray:
+            self._remove_stray(stray)
         if state.cluster_id:
             broker.cluster_id = state.cluster_id
         self.passes += 1
+
+    def _save_membership(self) -> None:
+        try:
+            self.membership.save()
+        except OSError as exc:  # safe: a partition not on disk there is never deleted
+            log.error("cannot record the partitions hosted here (%s): their copies will "
+                      "not be deleted after a restart", exc)
+
+    def _remove_stray(self, stray: list[tuple[str, int]]) -> None:
+        """Delete the copies of partitions this node is no longer a replica of: the whole
+        local topic when none of its partitions is left here, else each one's data."""
+        by_topic: dict[str, list[int]] = {}
+        for name, index in stray:
+            by_topic.setdefault(name, []).append(index)
+        me = self.broker.node_id
+        for name, indexes in by_topic.items():
+            record, local = self.state.topic(name), self.broker.logs.get(name)
+            if record is None or local is None:
+                continue
+            tid = local.topic_id.hex
+            held = [i for i in range(len(local.partitions)) if self.membership.known(tid, i)]
+            if not any(me in p.replicas for p in record.partitions) \
+                    and set(held) <= set(indexes):
+                self._delete(name, "no longer a replica of any of its partitions")
+                self.membership.forget(tid)
+                continue
+            for index in indexes:
+                try:
+                    plog = self.broker.logs.empty_partition(name, index, (SNAPSHOT_FILE,))
+                except KafkaError as exc:
+                    log.error("cannot delete the data of %s-%d: %s", name, index,
+                              exc.message)
+                    continue
+                self.broker.producers.forget(plog)
+                self.membership.forget(tid, index)
+        self._save_membership()
 
     def hosted(self) -> list[bytes]:
         """The ids of the cluster's topics this node holds data for (heartbeats report

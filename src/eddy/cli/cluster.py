@@ -26,6 +26,7 @@ from eddy.cli.common import (
     stdout_console,
 )
 from eddy.cli.mesh_call import advertised_mesh, ask
+from eddy.cli.reassign import register_rebalance_command
 from eddy.cli.topic import is_internal
 from eddy.config import parse_host_port
 from eddy.mesh.control import (
@@ -64,7 +65,7 @@ def status(
     if not mesh:
         conn = Conn.make(bootstrap, client_config)
         md = conn.metadata()
-        info = _kafka_info(md)
+        info = _kafka_info(md, _moving(conn))
         info["controller"] = _controller(conn, info["controller"])
         mesh = advertised_mesh(conn, md)
     if mesh:
@@ -83,6 +84,7 @@ def status(
             ("partitions", info["partitions"]["total"]),
             ("under-replicated", info["partitions"]["under_replicated"]),
             ("offline", info["partitions"]["offline"]),
+            ("reassigning", info["reassigning"]),
         ]
         render_fields(out, fields, console=console)
         if out is Output.plain:
@@ -115,11 +117,31 @@ def _controller(conn: Conn, fallback: int | None) -> int | None:
     return int(answer.controller_id) if answer.error_code == 0 else fallback
 
 
-def _kafka_info(md: Any) -> dict[str, Any]:
+def _moving(conn: Conn) -> dict[tuple[str, int], int] | None:
+    """Partitions being reassigned and how many replicas each is losing (None: the node
+    does not answer ListPartitionReassignments)."""
+    from eddy.cli.reassign import ongoing
+    from eddy.client.raw import RawClient
+
+    host, port = parse_host_port(conn.bootstrap.split(",")[0], "--bootstrap")
+    try:
+        with RawClient(host, port, REQUEST_TIMEOUT_S) as raw:
+            rows = ongoing(raw)
+    except Exception:  # an older node, or none there
+        return None
+    return {(r["topic"], r["partition"]): len(r["removing"]) for r in rows}
+
+
+def _kafka_info(md: Any, moving: dict[tuple[str, int], int] | None = None
+                ) -> dict[str, Any]:
+    """Counts as Kafka's metrics: under-replicated when the ISR is smaller than the
+    replication factor (of a partition being reassigned: its target's, KIP-352), offline
+    when it has no leader."""
+    moving = moving or {}
     brokers = [{"id": b.id, "host": b.host, "port": b.port}
                for b in sorted(md.brokers.values(), key=lambda b: b.id)]
     internal = [t for t in md.topics if is_internal(t)]
-    partitions = [p for t in md.topics.values() for p in t.partitions.values()]
+    partitions = [(t.topic, p) for t in md.topics.values() for p in t.partitions.values()]
     return {
         "cluster_id": md.cluster_id,
         "controller": md.controller_id if md.controller_id >= 0 else None,
@@ -128,9 +150,12 @@ def _kafka_info(md: Any) -> dict[str, Any]:
         "internal_topics": len(internal),
         "partitions": {
             "total": len(partitions),
-            "under_replicated": sum(1 for p in partitions if len(p.isrs) < len(p.replicas)),
-            "offline": sum(1 for p in partitions if p.leader < 0),
+            "under_replicated": sum(
+                1 for t, p in partitions
+                if len(p.isrs) < len(p.replicas) - moving.get((t, p.id), 0)),
+            "offline": sum(1 for _, p in partitions if p.leader < 0),
         },
+        "reassigning": len(moving),
     }
 
 
@@ -204,3 +229,4 @@ def ping(
 
 register_raft_commands(cluster_app)
 register_elect_command(cluster_app)
+register_rebalance_command(cluster_app)

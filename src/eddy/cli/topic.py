@@ -40,6 +40,7 @@ from eddy.cli.common import (
     unknown_topic,
     usage_error,
 )
+from eddy.cli.reassign import register_reassign_commands
 
 topic_app = typer.Typer(
     help="Create, list, describe, alter and delete topics.", no_args_is_help=True
@@ -274,11 +275,13 @@ def describe(
     shown = configs
     if configs is not None and not all_configs:
         shown = [c for c in configs if not c["default"]]
+    live = set(conn.metadata().brokers)  # replicas on other brokers are offline
     partitions = [{
         "partition": p.id,
         "leader": _node_id(p.leader),
         "replicas": [_node_id(n) for n in p.replicas],
         "isr": [_node_id(n) for n in p.isr],
+        "offline": [_node_id(n) for n in p.replicas if _node_id(n) not in live],
         "low_watermark": marks.get(p.id, (-1, -1))[0],
         "high_watermark": marks.get(p.id, (-1, -1))[1],
     } for p in parts]
@@ -303,7 +306,8 @@ def describe(
                 f"\tTopic: {name}\tPartition: {p['partition']}\tLeader: {p['leader']}\t"
                 f"Replicas: {','.join(map(str, p['replicas']))}\t"
                 f"Isr: {','.join(map(str, p['isr']))}\t"
-                f"LowWatermark: {p['low_watermark']}\tHighWatermark: {p['high_watermark']}"
+                + (f"Offline: {','.join(map(str, p['offline']))}\t" if p["offline"] else "")
+                + f"LowWatermark: {p['low_watermark']}\tHighWatermark: {p['high_watermark']}"
             )
         if note:
             typer.echo(f"note: {note}", err=True)
@@ -312,8 +316,10 @@ def describe(
     render_fields(out, [("topic", name), ("topic id", desc.topic_id),
                         ("partitions", len(parts)), ("replication factor", rf)],
                   console=console)
-    render_table(out, ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOW", "HIGH", "RECORDS"],
-                 [[p["partition"], p["leader"], p["replicas"], p["isr"], p["low_watermark"],
+    render_table(out, ["PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE", "LOW", "HIGH",
+                       "RECORDS"],
+                 [[p["partition"], p["leader"], p["replicas"], p["isr"], p["offline"],
+                   p["low_watermark"],
                    p["high_watermark"],
                    max(0, p["high_watermark"] - p["low_watermark"])
                    if p["low_watermark"] >= 0 else None]
@@ -436,3 +442,6 @@ def delete(
         for f in failures[:-1]:
             typer.echo(f"error: {f.message}", err=True)
         raise failures[-1]
+
+
+register_reassign_commands(topic_app)

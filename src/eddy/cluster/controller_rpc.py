@@ -19,6 +19,7 @@ from eddy.protocol.errors import ErrorCode
 __all__ = [
     "AllocateProducerIdsRequest",
     "AlterIsrRequest",
+    "AlterReassignmentsRequest",
     "ControlledShutdownRequest",
     "ControllerReply",
     "ControllerRequest",
@@ -34,6 +35,8 @@ __all__ = [
     "ProposeRequest",
     "QuorumRequest",
     "QuorumStatus",
+    "ReassignPartition",
+    "ReassignTopic",
     "RegisterRequest",
     "ReplicaProgress",
     "TopicOutcome",
@@ -185,6 +188,27 @@ class ControlledShutdownRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class ReassignPartition:
+    partition: I32
+    replicas: tuple[I32, ...] | None  # None: cancel the reassignment under way
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignTopic:
+    topic: str
+    partitions: tuple[ReassignPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterReassignmentsRequest:
+    """Kafka's AlterPartitionReassignments (KIP-455): the reply's ``outcomes`` holds each
+    partition's answer once its ``AlterReassignment`` is applied (or refused)."""
+
+    VARIANT: ClassVar[int] = 13
+    topics: tuple[ReassignTopic, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionOutcome:
     partition: I32
     error_code: I16
@@ -229,6 +253,7 @@ ControllerRequest = (
     | AlterIsrRequest
     | ElectLeadersRequest
     | ControlledShutdownRequest
+    | AlterReassignmentsRequest
 )
 
 

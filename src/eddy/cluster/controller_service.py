@@ -18,9 +18,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from eddy.clock import Clock
 from eddy.cluster.controller import Controller, ControllerConfig, ControllerError
 from eddy.cluster.controller_elections import ElectionRpcs
+from eddy.cluster.controller_reassign import ReassignRpcs
 from eddy.cluster.controller_rpc import (
     AllocateProducerIdsRequest,
     AlterIsrRequest,
+    AlterReassignmentsRequest,
     ControlledShutdownRequest,
     ControllerReply,
     ControllerRequest,
@@ -143,6 +145,7 @@ class ControllerService:
         self.import_offsets: Callable[[ImportOffsetsRequest],
                                       Awaitable[ControllerReply]] | None = None
         self._shutdown = ElectionRpcs(self.controller, self.propose_all, node_id)
+        self._reassign = ReassignRpcs(self.controller, self.propose_all, node_id)
         self._previous_hook = driver.on_soft_state
         driver.on_soft_state = self._on_soft_state
 
@@ -326,6 +329,8 @@ class ControllerService:
         self._check_sender(peer, None)
         if isinstance(request, ElectLeadersRequest):
             return await self._shutdown.elect_leaders(request, now)
+        if isinstance(request, AlterReassignmentsRequest):
+            return await self._reassign.alter(request)
         if isinstance(request, CreateTopicRequest):
             partitions = None if request.partitions == -1 else request.partitions
             rf = None if request.replication_factor == -1 else request.replication_factor
@@ -358,8 +363,10 @@ class ControllerService:
         if isinstance(request, AlterIsrRequest):
             self._check_sender(peer, request.node_id)
             c.check_isr_joiners(request.topic, request.partition, request.isr)
-            return self._result(await self.propose(alter_isr_command(self.machine.state,
-                                                                     request)))
+            result = await self.propose(alter_isr_command(self.machine.state, request))
+            if self.machine.state.reassignments:
+                self._wake.set()  # a reassignment may complete now: tick at once
+            return self._result(result)
         raise ControllerError(ErrorCode.invalid_request, "unknown request")
 
     async def _skip_producer_ids(self, node_id: int, floor: int) -> None:

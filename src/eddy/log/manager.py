@@ -15,7 +15,7 @@ from typing import Any
 
 from eddy.log.config import TopicConfig, validate_overrides
 from eddy.log.file_cache import FILES
-from eddy.log.partition import PartitionLog
+from eddy.log.partition import HIGH_WATERMARK_FILE, PartitionLog
 from eddy.log.state_files import atomic_write
 from eddy.protocol.errors import ErrorCode, KafkaError
 
@@ -334,6 +334,25 @@ class LogManager:
             del topic.partitions[current:]
             raise
         log.info("topic %s now has %d partitions", name, total)
+
+    def empty_partition(self, name: str, index: int, leftovers: tuple[str, ...] = ()
+                        ) -> PartitionLog:
+        """Delete one partition's data, for a node no longer among its replicas: the log
+        stays (the topic's partitions are a list, and its other partitions may still be
+        hosted here) but empty, at offset 0, with no epoch history; ``leftovers`` (file
+        names in its directory: a producer-state snapshot...) and its high watermark
+        checkpoint are removed too. The same ``PartitionLog`` object: whoever holds it sees
+        an empty log. KAFKA_STORAGE_ERROR if the disk fails."""
+        plog = self.partition(name, index)
+        if plog is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                             f"unknown partition {name}-{index}")
+        plog.truncate_fully_and_start_at(0)
+        for leftover in (*leftovers, HIGH_WATERMARK_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(plog.directory, leftover))
+        log.info("deleted the data of %s-%d: no longer a replica here", name, index)
+        return plog
 
     def all_partitions(self) -> list[PartitionLog]:
         return [p for t in self.topics.values() for p in t.partitions]

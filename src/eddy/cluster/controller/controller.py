@@ -21,7 +21,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from eddy.cluster.controller import elections, leaders
+from eddy.cluster.controller import elections, leaders, reassign
 from eddy.cluster.controller.config import ControllerConfig, ControllerError
 from eddy.cluster.controller.registry import BrokerSessions
 from eddy.cluster.controller.tasks import StorageGc, TaskSchedule
@@ -148,6 +148,11 @@ class Controller:
             del self._pending[key]
         due = self.schedule.due(now_ms)
         out = self._converge(now_ms, rescan=PARTITION_RECONCILE in due)
+        for done in reassign.completions(self.state):
+            part = self.state.partition(done.topic, done.partition)
+            epoch = -1 if part is None else part.partition_epoch
+            self._emit(out, ("reassigned", done.topic, done.partition, epoch, done.target),
+                       done, now_ms)
         for name in due:
             if name == LEADER_REBALANCE:
                 # partitions this tick already changes are left for the next check
@@ -247,6 +252,13 @@ class Controller:
         live = frozenset(n for n in self.sessions.live_set(self.state, now_ms)
                          if self.state.is_live(n) and n not in stopping)
         return elections.plan_elections(self.state, live, election_type, targets)
+
+    def alter_reassignments(self, asked: reassign.Asked
+                            ) -> list[tuple[str, list[reassign.ReassignOutcome]]]:
+        """AlterPartitionReassignments: each partition's outcome (with the command to
+        propose for it); completing them is the tick's work."""
+        self._require_active()
+        return reassign.plan_reassignments(self.state, asked)
 
     def _emit(self, out: list[MetadataCommand], key: tuple[object, ...],
               command: MetadataCommand, now_ms: int) -> None:

@@ -18,10 +18,12 @@ from eddy.mesh.postcard import I32, I64, U8, U32
 __all__ = [
     "AllocateProducerIds",
     "AlterBrokerConfigs",
+    "AlterReassignment",
     "AlterTopicConfigs",
     "BrokerHeartbeat",
     "ChangeIsr",
     "ChangePartitionLeader",
+    "CompleteReassignment",
     "CreateAcl",
     "CreatePartitions",
     "CreateTopic",
@@ -230,6 +232,28 @@ class SetClusterId:
     cluster_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class AlterReassignment:
+    """AlterPartitionReassignments for one partition (KIP-455, see ``reassignments``):
+    ``target`` the replicas it moves to, None to cancel the one under way."""
+
+    VARIANT: ClassVar[int] = 20
+    topic: str
+    partition: I32
+    target: tuple[I32, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteReassignment:
+    """The controller's: every replica of ``target`` (the reassignment under way) is in
+    the ISR, so the partition's replicas become ``target``."""
+
+    VARIANT: ClassVar[int] = 21
+    topic: str
+    partition: I32
+    target: tuple[I32, ...]
+
+
 MetadataCommand = (
     RegisterBroker
     | UnregisterBroker
@@ -251,6 +275,8 @@ MetadataCommand = (
     | RegisterPipeline
     | DeletePipeline
     | SetClusterId
+    | AlterReassignment
+    | CompleteReassignment
 )
 
 def encode_command(command: MetadataCommand) -> bytes:

@@ -14,14 +14,16 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from eddy.cluster.metadata import brokers, configs, partitions, security, topics
+from eddy.cluster.metadata import brokers, configs, partitions, reassignments, security, topics
 from eddy.cluster.metadata.commands import (
     AllocateProducerIds,
     AlterBrokerConfigs,
+    AlterReassignment,
     AlterTopicConfigs,
     BrokerHeartbeat,
     ChangeIsr,
     ChangePartitionLeader,
+    CompleteReassignment,
     CreateAcl,
     CreatePartitions,
     CreateTopic,
@@ -39,6 +41,7 @@ from eddy.cluster.metadata.commands import (
     UpsertScramUser,
     decode_command,
 )
+from eddy.cluster.metadata.reassignments import ReassignmentRecord, ReassignmentsSection
 from eddy.cluster.metadata.records import (
     SNAPSHOT_VERSION,
     AclBinding,
@@ -87,7 +90,11 @@ _HANDLERS: dict[type, _Handler] = {
     RegisterPipeline: security.register_pipeline,
     DeletePipeline: security.delete_pipeline,
     SetClusterId: lambda s, c: s.set_cluster_id(c),
+    AlterReassignment: reassignments.alter,
+    CompleteReassignment: reassignments.complete,
 }
+#: the snapshot version with the reassignments section after the version-2 layout
+SNAPSHOT_WITH_REASSIGNMENTS = 3
 
 
 #: the canonical order of ACLs in snapshots (every field, in declaration order); attrgetter
@@ -107,6 +114,8 @@ class MetadataState:
         self.acls: set[AclBinding] = set()
         self.pipelines: dict[str, PipelineRecord] = {}
         self.cluster_id = ""
+        #: ongoing reassignments (see ``reassignments``), by (topic, partition)
+        self.reassignments: dict[tuple[str, int], ReassignmentRecord] = {}
 
     def set_cluster_id(self, cmd: SetClusterId) -> None:
         if not 1 <= len(cmd.cluster_id) <= MAX_CLUSTER_ID:
@@ -165,6 +174,8 @@ class MetadataState:
         topic = self.topics.pop(name)
         del self.topic_ids[topic.topic_id]
         del self.topic_collisions[collision_key(name)]
+        for key in [k for k in self.reassignments if k[0] == name]:
+            del self.reassignments[key]
 
     def key_owner(self, node_key: bytes) -> int | None:
         for broker in self.brokers.values():
@@ -256,10 +267,17 @@ class MetadataState:
     def pipeline_list(self) -> list[PipelineRecord]:
         return [self.pipelines[n] for n in sorted(self.pipelines)]
 
+    def reassignment(self, name: str, partition: int) -> ReassignmentRecord | None:
+        return self.reassignments.get((name, partition))
+
+    def reassignment_list(self) -> list[ReassignmentRecord]:
+        """The reassignments under way, by topic then partition."""
+        return [self.reassignments[k] for k in sorted(self.reassignments)]
+
     # -- snapshots ---------------------------------------------------------------------------
     def to_snapshot(self) -> MetadataSnapshot:
         return MetadataSnapshot(
-            version=SNAPSHOT_VERSION,
+            version=SNAPSHOT_WITH_REASSIGNMENTS if self.reassignments else SNAPSHOT_VERSION,
             brokers=tuple(self.all_brokers()),
             topics=tuple(self.topics[n].record() for n in self.topic_names()),
             broker_configs=tuple(
@@ -274,23 +292,34 @@ class MetadataState:
         )
 
     def snapshot(self) -> bytes:
-        """The whole state, canonical: equal states give equal bytes."""
-        return postcard.encode(self.to_snapshot())
+        """The whole state, canonical: equal states give equal bytes. Without
+        reassignments under way it is the version-2 layout; with them, version 3: that
+        layout followed by the reassignments section."""
+        data = postcard.encode(self.to_snapshot())
+        if self.reassignments:
+            data += postcard.encode(ReassignmentsSection(tuple(self.reassignment_list())))
+        return data
 
     def restore(self, data: bytes) -> None:
         """Replace the state with a snapshot's. Raises ``MetadataSnapshotError`` (and
         leaves the state as it was) on bytes that are not a consistent snapshot."""
         try:
-            snap = postcard.decode(MetadataSnapshot, data)
+            snap, end = postcard.decode_prefix(MetadataSnapshot, data)
+            section = ReassignmentsSection(())
+            if snap.version == SNAPSHOT_WITH_REASSIGNMENTS:
+                section = postcard.decode(ReassignmentsSection, memoryview(data)[end:])
+            elif end != len(data):
+                raise PostcardError(f"{len(data) - end} trailing bytes")
         except PostcardError as exc:
             raise MetadataSnapshotError(f"snapshot: {exc}") from None
-        fresh = MetadataState.from_snapshot(snap)
+        fresh = MetadataState.from_snapshot(snap, section)
         for name in _STATE_FIELDS:
             setattr(self, name, getattr(fresh, name))
 
     @staticmethod
-    def from_snapshot(snap: MetadataSnapshot) -> MetadataState:
-        if snap.version != SNAPSHOT_VERSION:
+    def from_snapshot(snap: MetadataSnapshot,
+                      section: ReassignmentsSection | None = None) -> MetadataState:
+        if snap.version not in (SNAPSHOT_VERSION, SNAPSHOT_WITH_REASSIGNMENTS):
             raise MetadataSnapshotError(f"snapshot.version: {snap.version} is not supported")
         state = MetadataState()
         for i, b in enumerate(snap.brokers):
@@ -319,10 +348,15 @@ class MetadataState:
             len(snap.scram_users), len(snap.acls), len(snap.pipelines)
         ):
             raise MetadataSnapshotError("snapshot: a credential, ACL or pipeline appears twice")
+        if section is not None:
+            problem = reassignments.check_section(state, section)
+            if problem is not None:
+                raise MetadataSnapshotError(f"snapshot.{problem}")
+            state.reassignments = {(r.topic, r.partition): r for r in section.reassignments}
         return state
 
 
 _STATE_FIELDS = (
     "brokers", "topics", "topic_ids", "topic_collisions", "broker_configs",
-    "next_producer_id", "scram_users", "acls", "pipelines", "cluster_id",
+    "next_producer_id", "scram_users", "acls", "pipelines", "cluster_id", "reassignments",
 )
