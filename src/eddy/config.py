@@ -138,6 +138,19 @@ class BrokerConfig(BaseModel):
         "memory, as Kafka does, instead of after each has fsynced them (Eddy's default: an "
         "acknowledged record survives a power cut); topic config write.caching",
     )
+    group_commit_window_us: int = Field(
+        200, ge=0, le=1_000_000, alias="group.commit.window.us",
+        description="an fsync about to start waits this long for more appends to join it "
+        "(seed 001's group commit window; 0: at once)",
+    )
+    group_commit_max_bytes: int = Field(
+        4 << 20, ge=0, alias="group.commit.max.bytes",
+        description="...unless this many bytes are already waiting for it",
+    )
+    group_commit_max_writes: int = Field(
+        1000, ge=0, alias="group.commit.max.writes",
+        description="...or this many records",
+    )
     min_insync_replicas: int = Field(
         1, ge=1, alias="min.insync.replicas",
         description="in-sync replicas an acks=all produce needs (topic default)",

@@ -11,7 +11,7 @@ import pytest
 import uvloop
 from batch_builder import Rec, build_batch
 
-from eddy.broker.flusher import Flusher
+from eddy.broker.flusher import Flusher, GroupCommit
 from eddy.clock import WallClock
 from eddy.log.config import TopicConfig
 from eddy.log.partition import PartitionLog
@@ -88,4 +88,51 @@ def test_a_flush_arriving_as_an_fsync_ends_waits_for_its_bookkeeping(tmp_path: P
         assert plog.flushed_offset == plog.log_end_offset == 6
 
     asyncio.run(main())
+    plog.close()
+
+
+def _counting(plog: PartitionLog) -> list[int]:
+    calls: list[int] = []
+    real = plog.segments_to_flush
+
+    def counting():  # type: ignore[no-untyped-def]
+        calls.append(plog.log_end_offset)
+        return real()
+
+    plog.segments_to_flush = counting  # type: ignore[method-assign]
+    return calls
+
+
+def test_the_group_commit_window_gathers_appends_into_one_fsync(tmp_path: Path) -> None:
+    plog = PartitionLog.open(str(tmp_path), "t", 0, TopicConfig(), True, NOW)
+    calls = _counting(plog)
+    flusher = Flusher(WallClock(), GroupCommit(window_s=0.05, max_writes=1000))
+
+    async def main() -> None:
+        append(plog, 2)
+        first = asyncio.create_task(flusher.flush(plog))
+        await asyncio.sleep(0.01)  # inside the window: joins the same fsync
+        append(plog, 2)
+        await asyncio.gather(first, flusher.flush(plog))
+
+    asyncio.run(main())
+    assert calls == [4]  # one fsync, covering both appends
+    assert plog.flushed_offset == 4
+    plog.close()
+
+
+def test_a_full_window_starts_the_fsync_at_once(tmp_path: Path) -> None:
+    plog = PartitionLog.open(str(tmp_path), "t", 0, TopicConfig(), True, NOW)
+    calls = _counting(plog)
+    flusher = Flusher(WallClock(), GroupCommit(window_s=30.0, max_writes=5))
+
+    async def main() -> None:
+        append(plog, 2)
+        first = asyncio.create_task(flusher.flush(plog))
+        await asyncio.sleep(0.01)
+        append(plog, 4)  # 6 records waiting >= max_writes: no 30 s wait
+        await asyncio.wait_for(asyncio.gather(first, flusher.flush(plog)), 5)
+
+    asyncio.run(main())
+    assert calls == [6]
     plog.close()

@@ -11,7 +11,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from eddy.broker.dynamic_configs import DynamicConfigs
-from eddy.broker.flusher import Flusher
+from eddy.broker.flusher import Flusher, GroupCommit
 from eddy.broker.groups import GroupService
 from eddy.broker.producers import ProducerStates
 from eddy.broker.transactions import TransactionService
@@ -60,7 +60,9 @@ class Broker:
         self.logs = LogManager(config.data_dir, config.topic_defaults())
         self.dynamic_configs = DynamicConfigs(self)
         self.notifier = AppendNotifier()
-        self.flusher = Flusher(clock)
+        self.flusher = Flusher(clock, GroupCommit(config.group_commit_window_us / 1e6,
+                                                  config.group_commit_max_bytes,
+                                                  config.group_commit_max_writes))
         self.groups = GroupService(self)
         self.producers = ProducerStates()
         self.producer_ids = ProducerIdAllocator(config.data_dir)

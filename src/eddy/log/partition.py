@@ -94,6 +94,7 @@ class PartitionLog:
         self.epochs = LeaderEpochCache(directory)  # the history (see _load)
         self.recovery_point = 0
         self.unflushed_messages = 0
+        self.unflushed_bytes = 0  # appended since the last fsync began (group commit)
         self.last_flush_ms = 0
         self.flushed_offset = 0  # everything below is fsynced
         self.append_failing = False  # the last append failed (logged once until one works)
@@ -263,6 +264,7 @@ class PartitionLog:
             offset += h.record_count
         seg.append(data, meta, now_ms)
         self.unflushed_messages += batches.record_count
+        self.unflushed_bytes += size
         if self.sole_replica:
             self.high_watermark = self.log_end_offset  # one replica: HWM = LEO
         return AppendResult(base, offset - 1, append_time, self.log_start_offset)
@@ -290,6 +292,7 @@ class PartitionLog:
         except OSError as exc:
             raise storage_error(self, "replicating into", exc) from exc
         self.unflushed_messages += sum(h.record_count for h in headers)
+        self.unflushed_bytes += size
 
     def _roll(self, base_offset: int, now_ms: int) -> Segment:
         old = self.segments[-1] if self.segments else None
@@ -332,6 +335,7 @@ class PartitionLog:
         target = self.log_end_offset
         segs = [s for s in self.segments if s.next_offset > self.flushed_offset and s.size]
         self.unflushed_messages = 0
+        self.unflushed_bytes = 0
         return segs, target
 
     def flush_completed(self, offset: int, now_ms: int) -> None:
