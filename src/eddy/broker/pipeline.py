@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Sized
-from typing import Protocol
+from typing import Any, Protocol
 
 from eddy.protocol.apis import ApiKey
 
@@ -43,7 +43,7 @@ def _is_produce(frame: bytes) -> bool:
     return frame[:2] == _PRODUCE
 
 
-def _retrieve(task: asyncio.Task[Chunks]) -> None:
+def _retrieve(task: asyncio.Task[Any]) -> None:
     if not task.cancelled():
         task.exception()  # a request whose connection went away: its outcome is dropped
 
@@ -95,6 +95,7 @@ async def serve_pipelined(conn: FrameSource,
             waiter.cancel()
 
     writer = loop.create_task(write_in_order())
+    writer.add_done_callback(_retrieve)  # raised below; if this loop is cancelled, dropped
     try:
         while not writer.done():
             frame = await conn.read_frame()
@@ -114,6 +115,9 @@ async def serve_pipelined(conn: FrameSource,
             del frame
             unsent.append(produce)
             queue.put_nowait(task)
+    except BaseException:
+        writer.cancel()  # cancelled (the listener stops): answers still queued are dropped
+        raise
     finally:
         queue.put_nowait(None)  # the writer sends what is queued, then stops
     await writer

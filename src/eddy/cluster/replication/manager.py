@@ -69,6 +69,7 @@ class ReplicaManager:
         self._waiters: dict[Key, set[asyncio.Future[None]]] = {}
         self._proposing: set[Key] = set()
         self._refused: dict[Key, tuple[tuple[int, ...], ErrorCode]] = {}
+        self._changes = [0, 0]  # in the last apply: partitions newly led, newly followed
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None
         self.stopped = False
@@ -78,6 +79,7 @@ class ReplicaManager:
     def apply(self, hosted: dict[Key, tuple[PartitionLog, PartitionRecord]]) -> None:
         """Every partition this node is a replica of, with its local log and its record."""
         now = self.broker.clock.now_ms()
+        self._changes = [0, 0]
         for key, (plog, part) in hosted.items():
             plog.sole_replica = part.replicas == (self.me,)
             if plog.sole_replica:
@@ -94,6 +96,10 @@ class ReplicaManager:
             self._drop_leading(key)
         for key in [k for k in self.following if k not in hosted]:
             self._stop_following(key)
+        if any(self._changes):
+            log.info("now leading %d more partitions and following %d more (%d led, %d "
+                     "followed)", self._changes[0], self._changes[1], len(self.led),
+                     len(self.following))
         if self._ticker is None and not self.stopped:
             self._ticker = asyncio.get_running_loop().create_task(self._tick_loop())
 
@@ -104,14 +110,18 @@ class ReplicaManager:
             led.state.update(part.replicas, part.isr, part.partition_epoch, now, incarnations)
         else:
             self._stop_following(key)
-            plog.epochs.assign(part.leader_epoch, plog.log_end_offset)
+            if plog.log_end_offset > plog.log_start_offset:
+                # where this epoch starts (an empty log's first append records it: no
+                # checkpoint write per partition when thousands are created at once)
+                plog.epochs.assign(part.leader_epoch, plog.log_end_offset)
             led = Led(plog, LeaderState(self.me, part.replicas, part.isr, part.leader_epoch,
                                         part.partition_epoch, plog.log_end_offset, now,
                                         incarnations))
             self.led[key] = led
-            log.info("%s-%d: leading in epoch %d (ISR %s, HWM %d, LEO %d)", key[0], key[1],
-                     part.leader_epoch, list(part.isr), plog.high_watermark,
-                     plog.log_end_offset)
+            self._changes[0] += 1
+            log.debug("%s-%d: leading in epoch %d (ISR %s, HWM %d, LEO %d)", key[0], key[1],
+                      part.leader_epoch, list(part.isr), plog.high_watermark,
+                      plog.log_end_offset)
         self._advance(key, led)
         self._wake(key)
 
@@ -140,8 +150,9 @@ class ReplicaManager:
         if fetcher is None:
             fetcher = self.fetchers[part.leader] = Fetcher(self, part.leader)
         fetcher.add(follow)
-        log.info("%s-%d: following node %d in epoch %d (LEO %d)", key[0], key[1],
-                 part.leader, part.leader_epoch, plog.log_end_offset)
+        self._changes[1] += 1
+        log.debug("%s-%d: following node %d in epoch %d (LEO %d)", key[0], key[1],
+                  part.leader, part.leader_epoch, plog.log_end_offset)
 
     def _stop_following(self, key: Key) -> None:
         follow = self.following.pop(key, None)
