@@ -16,6 +16,7 @@ RUNS = {
     "raft_storage": (["--smoke"], "recovery"),
     "placement": (["--smoke"], "max/min"),
     "metadata_failover": (["--rounds", "1"], "leaders moved"),
+    "replication": (["--smoke", "--no-save"], "first ack on the new leader"),
     "offsets_cluster": (["--seconds", "0.5", "--committers", "2"], "commits/s"),
     "raft_cluster": (["--seconds", "0.3", "--elections", "1", "--snapshot-entries", "2000",
                       "--snapshot-every", "500"], "snapshot install"),

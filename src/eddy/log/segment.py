@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 _SCAN_CHUNK = 64 * 1024
 _HEAD = struct.Struct(">qiibIhi")  # through lastOffsetDelta: 27 bytes
 _HEAD_MAXTS = struct.Struct(">q")
+#: a test hook (opt-in): append "<log path> <length>" to this file after each fsync
+_FSYNC_LOG = os.environ.get("EDDYTEST_FSYNC_LOG", "")  # not EDDY_*: that is config
 
 
 def segment_name(base_offset: int) -> str:
@@ -142,9 +144,13 @@ class Segment:
 
     def fsync(self) -> None:
         """fsync the files written since their last fsync."""
+        size = self.size  # read first: what is on disk once the fsync returns
         self._log.fsync()
         self.index.fsync()
         self.time_index.fsync()
+        if _FSYNC_LOG:  # tests (power cut): "path length" of every log fsynced
+            with open(_FSYNC_LOG, "a") as f:
+                f.write(f"{self.log_path} {size}\n")
 
     def truncate_to_position(self, position: int) -> None:
         self._log.truncate(position)
