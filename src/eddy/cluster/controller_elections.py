@@ -6,10 +6,10 @@ applied, with each partition's outcome."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
 
 from eddy.cluster.controller import Controller
-from eddy.cluster.controller.elections import ElectionOutcome, still_led
+from eddy.cluster.controller.elections import still_led
+from eddy.cluster.controller_outcomes import ProposeAll, propose_planned
 from eddy.cluster.controller_rpc import (
     ControlledShutdownRequest,
     ControllerReply,
@@ -18,14 +18,12 @@ from eddy.cluster.controller_rpc import (
     TopicOutcome,
     reply,
 )
-from eddy.cluster.metadata import ApplyResult, MetadataCommand
 from eddy.protocol.errors import ErrorCode
 
 __all__ = ["STAYS_MESSAGE", "ElectionRpcs"]
 
 log = logging.getLogger(__name__)
 
-ProposeAll = Callable[[Sequence[MetadataCommand]], Awaitable[list[ApplyResult]]]
 STAYS_MESSAGE = "no other live in-sync replica: it stays with the stopping broker"
 
 
@@ -41,23 +39,10 @@ class ElectionRpcs:
         targets = None if request.topics is None else [(t.topic, t.partitions)
                                                        for t in request.topics]
         planned = self.controller.elect_leaders(request.election_type, targets, now_ms)
-        commands = [o.command for _, outcomes in planned for o in outcomes
-                    if o.command is not None]
-        results = iter(await self.propose_all(commands) if commands else [])
+        topics, commands = await propose_planned(self.propose_all, planned)
         if commands:
             log.info("ElectLeaders (%s): moving the leader of %d partitions",
                      "unclean" if request.election_type else "preferred", len(commands))
-
-        def answer(o: ElectionOutcome) -> PartitionOutcome:
-            if o.command is not None:
-                result = next(results)
-                if not result.ok:
-                    return PartitionOutcome(o.partition, int(result.code),
-                                            result.message or None)
-            return PartitionOutcome(o.partition, int(o.code), o.message)
-
-        topics = tuple(TopicOutcome(name, tuple(answer(o) for o in outcomes))
-                       for name, outcomes in planned)
         return reply(controller=self.node_id, outcomes=topics)
 
     async def controlled_shutdown(self, request: ControlledShutdownRequest,

@@ -7,24 +7,20 @@ the partition moved on meanwhile, is answered with the refusal's code)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
 
 from eddy.cluster.controller import Controller
-from eddy.cluster.controller.reassign import ReassignOutcome
+from eddy.cluster.controller_outcomes import ProposeAll, propose_planned
 from eddy.cluster.controller_rpc import (
     AlterReassignmentsRequest,
     ControllerReply,
-    PartitionOutcome,
-    TopicOutcome,
     reply,
 )
-from eddy.cluster.metadata import ApplyResult, MetadataCommand
+from eddy.cluster.metadata.commands import AlterReassignment
 
 __all__ = ["ReassignRpcs"]
 
 log = logging.getLogger(__name__)
 
-ProposeAll = Callable[[Sequence[MetadataCommand]], Awaitable[list[ApplyResult]]]
 
 
 class ReassignRpcs:
@@ -37,21 +33,9 @@ class ReassignRpcs:
         asked = [(t.topic, [(p.partition, p.replicas) for p in t.partitions])
                  for t in request.topics]
         planned = self.controller.alter_reassignments(asked)
-        commands = [o.command for _, outcomes in planned for o in outcomes
-                    if o.command is not None]
-        results = iter(await self.propose_all(commands) if commands else [])
+        topics, commands = await propose_planned(self.propose_all, planned)
         for command in commands:
+            assert isinstance(command, AlterReassignment)
             log.info("reassigning %s-%d: %s", command.topic, command.partition,
                      "cancelled" if command.target is None else list(command.target))
-
-        def answer(o: ReassignOutcome) -> PartitionOutcome:
-            if o.command is not None:
-                result = next(results)
-                if not result.ok:
-                    return PartitionOutcome(o.partition, int(result.code),
-                                            result.message or None)
-            return PartitionOutcome(o.partition, int(o.code), o.message)
-
-        topics = tuple(TopicOutcome(name, tuple(answer(o) for o in outcomes))
-                       for name, outcomes in planned)
         return reply(controller=self.node_id, outcomes=topics)

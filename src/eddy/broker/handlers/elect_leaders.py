@@ -24,7 +24,6 @@ from eddy.cluster.controller_client import ControllerUnavailable
 from eddy.cluster.controller_rpc import (
     ElectionTopic,
     ElectLeadersRequest,
-    TopicOutcome,
     error_of,
 )
 from eddy.cluster.metadata import NO_LEADER, MetadataState
@@ -34,6 +33,7 @@ from eddy.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
+from eddy.cluster.controller_outcomes import outcome_rows
 
 __all__ = ["elect_leaders"]
 
@@ -100,20 +100,6 @@ def _elected(election_type: int, done: list[tuple[str, int]]
     return check
 
 
-def _from_reply(outcomes: Sequence[TopicOutcome]) -> Results:
-    out: Results = []
-    for topic in outcomes:
-        rows: list[tuple[int, ErrorCode, str | None]] = []
-        for p in topic.partitions:
-            try:
-                code = ErrorCode(p.error_code)
-            except ValueError:  # a peer's number Kafka does not define
-                code = ErrorCode.unknown_server_error
-            rows.append((p.partition, code, p.message))
-        out.append((topic.topic, rows))
-    return out
-
-
 async def elect_leaders(broker: Broker, req: Request) -> Any:
     body = req.body
     mod = response_module(ApiKey.ELECT_LEADERS, req.api_version)
@@ -139,7 +125,7 @@ async def elect_leaders(broker: Broker, req: Request) -> Any:
     if answer.error_code != ErrorCode.none:
         code = error_of(answer)
         return _response(mod, code, _all_failed(asked, code, answer.message))
-    results = _from_reply(answer.outcomes)
+    results = outcome_rows(answer.outcomes)
     done = [(topic, p) for topic, rows in results for p, c, _ in rows if c == ErrorCode.none]
     if done:
         await cluster.wait_applied(_elected(election_type, done), APPLY_WAIT_S)

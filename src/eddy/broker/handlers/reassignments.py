@@ -13,7 +13,7 @@ to itself alone is a success with nothing to do, to anything else INVALID_REPLIC
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from eddy.broker.handlers.cluster_metadata import APPLY_WAIT_S, CONTROLLER_WAIT_S
@@ -22,7 +22,6 @@ from eddy.cluster.controller_rpc import (
     AlterReassignmentsRequest,
     ReassignPartition,
     ReassignTopic,
-    TopicOutcome,
     error_of,
 )
 from eddy.cluster.metadata import MetadataState
@@ -33,6 +32,7 @@ from eddy.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
+from eddy.cluster.controller_outcomes import outcome_rows
 
 __all__ = ["alter_partition_reassignments", "list_partition_reassignments"]
 
@@ -93,20 +93,6 @@ def _alone(broker: Broker, asked: Asked) -> Results:
     return out
 
 
-def _from_reply(outcomes: Sequence[TopicOutcome]) -> Results:
-    out: Results = []
-    for topic in outcomes:
-        rows: list[tuple[int, ErrorCode, str | None]] = []
-        for p in topic.partitions:
-            try:
-                code = ErrorCode(p.error_code)
-            except ValueError:  # a peer's number Kafka does not define
-                code = ErrorCode.unknown_server_error
-            rows.append((p.partition, code, p.message))
-        out.append((topic.topic, rows))
-    return out
-
-
 def _shown(done: list[tuple[str, int, tuple[int, ...] | None]]
            ) -> Callable[[MetadataState], bool]:
     """Whether the local replica of the state shows each accepted change (or its
@@ -150,7 +136,7 @@ async def alter_partition_reassignments(broker: Broker, req: Request) -> Any:
         code = error_of(answer)
         return _alter_response(mod, code, answer.message,
                                _all_failed(asked, code, answer.message))
-    results = _from_reply(answer.outcomes)
+    results = outcome_rows(answer.outcomes)
     targets = {(t, p): r for t, parts in asked for p, r in parts}
     done = [(topic, p, targets.get((topic, p))) for topic, rows in results
             for p, c, _ in rows if c == ErrorCode.none]
