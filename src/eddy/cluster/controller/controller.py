@@ -41,6 +41,7 @@ from eddy.cluster.metadata.commands import (
     MetadataCommand,
     UnfenceBroker,
 )
+from eddy.cluster.metadata.records import BrokerRecord
 from eddy.cluster.metadata.state import MetadataState
 from eddy.cluster.placement import HashRing
 from eddy.protocol.errors import ErrorCode
@@ -117,9 +118,9 @@ class Controller:
             raise ControllerError(ErrorCode.not_controller, "this node is not the controller")
 
     # -- broker sessions ---------------------------------------------------------------------
-    def on_heartbeat(self, node_id: int, epoch: int, now_ms: int) -> list[MetadataCommand]:
-        """A broker's heartbeat: renews its session; a fenced broker is unfenced and the
-        partitions it can lead again (offline ones it is an ISR member of) get it."""
+    def _heard_from(self, node_id: int, epoch: int, now_ms: int) -> BrokerRecord:
+        """``node_id`` in ``epoch`` spoke (a heartbeat): its session is renewed; a broker
+        not registered, or in another epoch, is refused."""
         self._require_active()
         broker = self.state.broker(node_id)
         if broker is None:
@@ -131,6 +132,12 @@ class Controller:
                 f"epoch: broker {node_id} epoch {epoch} is not its current {broker.epoch}",
             )
         self.sessions.heartbeat(node_id, epoch, now_ms)
+        return broker
+
+    def on_heartbeat(self, node_id: int, epoch: int, now_ms: int) -> list[MetadataCommand]:
+        """A broker's heartbeat: renews its session; a fenced broker is unfenced and the
+        partitions it can lead again (offline ones it is an ISR member of) get it."""
+        broker = self._heard_from(node_id, epoch, now_ms)
         if not broker.fenced:
             return []
         return self._converge(now_ms, rescan=False)
@@ -222,17 +229,7 @@ class Controller:
         unfenced or placed, and the returned changes take it out of every ISR and move what
         it leads to other live ISR members (a partition it is the only live ISR member of
         stays with it). It counts as a heartbeat. Asking again gives what is left to do."""
-        self._require_active()
-        broker = self.state.broker(node_id)
-        if broker is None:
-            raise ControllerError(ErrorCode.broker_id_not_registered,
-                                  f"node_id: broker {node_id} is not registered")
-        if epoch != broker.epoch:
-            raise ControllerError(
-                ErrorCode.stale_broker_epoch,
-                f"epoch: broker {node_id} epoch {epoch} is not its current {broker.epoch}",
-            )
-        self.sessions.heartbeat(node_id, epoch, now_ms)
+        self._heard_from(node_id, epoch, now_ms)
         self._stopping[node_id] = epoch
         live = frozenset(n for n in self.sessions.live_set(self.state, now_ms)
                          if self.state.is_live(n))
