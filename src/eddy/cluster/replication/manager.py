@@ -248,9 +248,11 @@ class ReplicaManager:
     # ---- ISR changes ---------------------------------------------------------------------
 
     def checkpoint(self) -> None:
-        """Every replicated partition's HWM to its file (see ``HIGH_WATERMARK_FILE``)."""
+        """Every replicated partition's HWM to its file (see ``HIGH_WATERMARK_FILE``); a
+        partition with no other replica needs none (its HWM is its log end)."""
         for led in list(self.led.values()):
-            led.plog.checkpoint_high_watermark()
+            if not led.plog.sole_replica:
+                led.plog.checkpoint_high_watermark()
         for follow in list(self.following.values()):
             follow.plog.checkpoint_high_watermark()
 
