@@ -377,10 +377,14 @@ def start_atheris(argv: list[str], target: Callable[[bytes], None], seeds: list[
 
 
 def run(seconds: float, seed: int = 1, max_execs: int | None = None,
-        clock: Callable[[], float] = time.monotonic) -> Report:
-    """Fuzz for ``seconds`` (or ``max_execs`` inputs); findings deduplicated by signature."""
+        clock: Callable[[], float] = time.monotonic,
+        target: Callable[[bytes], None] | None = None,
+        seeds: list[bytes] | None = None) -> Report:
+    """Fuzz ``target`` (default: ``check_input``, from ``seed_inputs``) for ``seconds`` (or
+    ``max_execs`` inputs); findings deduplicated by signature."""
     rng = random.Random(seed)
-    corpus = seed_inputs()
+    check = check_input if target is None else target
+    corpus = seed_inputs() if seeds is None else seeds
     report = Report(seed)
     found: dict[str, Finding] = {}
     start = clock()
@@ -390,7 +394,7 @@ def run(seconds: float, seed: int = 1, max_execs: int | None = None,
         data = next_input(rng, corpus)
         report.execs += 1
         try:
-            check_input(data)
+            check(data)
         except Exception as exc:
             sig = _signature(exc)
             if sig in found:

@@ -1,0 +1,114 @@
+"""Fuzz what a follower reads from its leader (issue 14): `python -m
+bench.fuzz.replica_decoders --seconds 10 [--seed N] [--json out.json]`.
+
+``check_input(data)`` is the target: the bytes are one response frame (size prefix
+excluded) from a leader, decoded as a Fetch v12 response and as an OffsetForLeaderEpoch v4
+response (``decode_response``: every length and count checked against the bytes present),
+and the records of every partition of a decoded Fetch response go through the follower's
+batch checks (``check_replica_batches``) at the offset the seed asked for. Documented
+outcomes: ``MalformedResponse`` and ``KafkaError`` (CORRUPT_MESSAGE); anything else is a
+finding, and so is a check that takes more bytes than it was given, or batches that do not
+continue each other. Mutations and the run loop are the mesh fuzzer's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+
+from bench.fuzz.mesh_decoders import next_input, run, start_atheris, write_report
+from eddy.client.raw import MalformedResponse, decode_response
+from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.protocol.fetch_codec import FetchPartition, FetchTopic, encode_fetch_response
+from eddy.protocol.records import build_batch
+from eddy.protocol.replica_batches import check_replica_batches
+
+__all__ = ["check_input", "main", "next_input", "seed_inputs"]
+
+FETCH, OFFSET_FOR_LEADER_EPOCH = 1, 23
+CORRELATION = 1
+FETCH_OFFSET = 5
+
+
+def _check_records(records: bytes) -> None:
+    try:
+        checked = check_replica_batches(records, FETCH_OFFSET, len(records))
+    except KafkaError as exc:
+        if exc.code != ErrorCode.corrupt_message:
+            raise AssertionError(f"unexpected code {exc.code.name}") from None
+        return
+    if checked.length > len(records):
+        raise AssertionError(f"took {checked.length} of {len(records)} bytes")
+    expected = FETCH_OFFSET
+    for h, pos in zip(checked.headers, checked.positions, strict=True):
+        if h.base_offset != expected or pos + h.size > checked.length:
+            raise AssertionError(f"batch at {pos} does not continue the log")
+        expected = h.last_offset + 1
+
+
+def check_input(data: bytes) -> None:
+    """The fuzz target: returns for every documented outcome, raises anything else."""
+    try:
+        fetched = decode_response(FETCH, 12, CORRELATION, data)
+    except (MalformedResponse, ConnectionError):
+        fetched = None
+    if fetched is not None:
+        for topic in fetched.responses:
+            for part in topic.partitions:
+                if part.records:
+                    _check_records(bytes(part.records))
+    with contextlib.suppress(MalformedResponse, ConnectionError):
+        decode_response(OFFSET_FOR_LEADER_EPOCH, 4, CORRELATION, data)
+    if len(data) < 4096:
+        _check_records(data)  # the raw bytes as a record set too
+
+
+def seed_inputs() -> list[bytes]:
+    """Leader answers a follower gets: batches continuing its log (one and several
+    partitions, a cut last batch), an error, an empty answer."""
+    batches = b"".join(bytes(b) for b in (
+        _batch(FETCH_OFFSET, 3), _batch(FETCH_OFFSET + 3, 1), _batch(FETCH_OFFSET + 4, 2)))
+    parts = [FetchPartition(0, 0, 11, 11, 0, None, batches),
+             FetchPartition(1, 0, 5, 5, 0, None, batches[:-7]),
+             FetchPartition(2, int(ErrorCode.not_leader_or_follower), -1, -1, -1, None, b"",
+                            current_leader=(3, 7))]
+    out = []
+    for topics in ([FetchTopic("t", None, parts)], [FetchTopic("t", None, parts[:1])], []):
+        out.append(b"".join(bytes(c) for c in encode_fetch_response(12, CORRELATION,
+                                                                    topics)))
+    out.append(batches)
+    return out
+
+
+def _batch(base: int, n: int) -> bytes:
+    data = build_batch([(b"k%d" % i, b"v%d" % i) for i in range(n)], 1_700_000_000_000)
+    data[0:8] = base.to_bytes(8, "big")  # the base offset is outside the CRC
+    return bytes(data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["--atheris"]:
+        start_atheris([sys.argv[0], *args_in[1:]], check_input, seed_inputs(),
+                      "eddy-replica-fuzz-")
+        return 0
+    ap = argparse.ArgumentParser(prog="python -m bench.fuzz.replica_decoders",
+                                 description="Fuzz a follower's reading of leader answers.")
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", help="write the report as JSON to this file")
+    args = ap.parse_args(args_in)
+    report = run(args.seconds, args.seed, target=check_input, seeds=seed_inputs())
+    print(f"replica decoders, seed {report.seed}: {report.execs} execs in "
+          f"{report.seconds:.1f} s ({report.execs_per_s:,.0f}/s), "
+          f"{len(report.findings)} findings")
+    for f in report.findings:
+        print(f"  {f.signature} (x{f.count}): {f.message}\n    input: {f.input_hex}")
+    if args.json:
+        write_report(report, args.json)
+    return 1 if report.findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
