@@ -179,6 +179,8 @@ class ReplicaManager:
         return 0 if state is None else len(state.isr)
 
     def leader_appended(self, plog: PartitionLog) -> None:
+        if plog.sole_replica:
+            return  # the append moved its HWM itself
         key = (plog.topic, plog.partition)
         led = self.led.get(key)
         if led is not None and led.plog is plog:
