@@ -192,6 +192,9 @@ class EddyBroker(BrokerProcess):
             sys.executable, "-m", "eddy", "serve",
             "--listen", "127.0.0.1:0",
             "--data-dir", str(self.data_dir),
+            # the broker alone (the registry and admin listener are on by default, on fixed
+            # ports: the extra args may turn them on)
+            "--set", "registry.listener=", "--set", "admin.listener=",
             *self.extra_args,
         ]
 

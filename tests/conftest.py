@@ -13,6 +13,12 @@ from pathlib import Path
 
 import pytest
 
+# The nodes tests start serve no schema registry and no admin listener unless a test sets
+# them (to port 0): their default places, the Kafka host's ports 8081 and 9644, would be
+# shared by every node of a run (tests/integration/test_default_listeners.py covers them).
+os.environ.setdefault("EDDY_REGISTRY_LISTENER", "")
+os.environ.setdefault("EDDY_ADMIN_LISTENER", "")
+
 READY = "EDDY_READY kafka="
 MESH = "EDDY_MESH "
 

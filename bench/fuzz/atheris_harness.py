@@ -24,8 +24,9 @@ from collections.abc import Callable
 import atheris
 
 with atheris.instrument_imports(include=["eddy.protocol", "eddy.mesh", "bench.fuzz.targets",
-                                         "bench.fuzz.mesh_decoders"]):
-    from bench.fuzz import mesh_decoders, targets
+                                         "bench.fuzz.mesh_decoders", "eddy.security",
+                                         "scramp"]):
+    from bench.fuzz import mesh_decoders, sasl_tokens, targets
     from eddy.protocol import codec
     from eddy.protocol.apis import SUPPORTED
 
@@ -66,6 +67,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "decode": targets.decode_frame,
     "batches": targets.validate_records,
     "mesh": mesh_decoders.check_input,  # mesh frames and every postcard message type
+    "sasl": sasl_tokens.check_input,  # PLAIN and SCRAM tokens before authentication
 }
 
 

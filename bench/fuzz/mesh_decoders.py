@@ -355,6 +355,21 @@ def write_report(report: Any, path: str) -> None:
         json.dump({**asdict(report), "execs_per_s": report.execs_per_s}, fh, indent=2)
 
 
+def print_report(name: str, report: Any, json_path: str | None,
+                 details: tuple[str, ...] = ()) -> int:
+    """Print a harness's report (``details`` after the summary line, then the findings),
+    write it as JSON to ``json_path`` when given; the exit status (1: findings)."""
+    print(f"{name}, seed {report.seed}: {report.execs} execs in {report.seconds:.1f} s "
+          f"({report.execs_per_s:,.0f}/s), {len(report.findings)} findings")
+    for line in details:
+        print(line)
+    for f in report.findings:
+        print(f"  {f.signature} (x{f.count}): {f.message}\n    input: {f.input_hex}")
+    if json_path:
+        write_report(report, json_path)
+    return 1 if report.findings else 0
+
+
 def start_atheris(argv: list[str], target: Callable[[bytes], None], seeds: list[bytes],
                   prefix: str, extra: tuple[str, ...] = ()) -> None:
     """libFuzzer over ``target`` (atheris), every loaded module instrumented. Without a
@@ -420,16 +435,10 @@ def main(argv: list[str] | None = None) -> int:
                                  description="Fuzz the mesh frame and postcard decoders.")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--max-execs", type=int, help="stop after this many inputs")
     ap.add_argument("--json", help="write the report as JSON to this file")
     args = ap.parse_args(args_in)
-    report = run(args.seconds, args.seed)
-    print(f"mesh decoders, seed {report.seed}: {report.execs} execs in {report.seconds:.1f} s "
-          f"({report.execs_per_s:,.0f}/s), {len(report.findings)} findings")
-    for f in report.findings:
-        print(f"  {f.signature} (x{f.count}): {f.message}\n    input: {f.input_hex}")
-    if args.json:
-        write_report(report, args.json)
-    return 1 if report.findings else 0
+    return print_report("mesh decoders", run(args.seconds, args.seed, args.max_execs), args.json)
 
 
 if __name__ == "__main__":

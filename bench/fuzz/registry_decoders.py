@@ -10,8 +10,9 @@ bench.fuzz.registry_decoders --seconds 10 [--seed N] [--json out.json] [--slow-m
   tombstone); then every read of the state answers, and what GET requests would render of
   it (``http_server.json_response``) encodes to strict JSON;
 - ``http_server.read_json`` on the bytes as a body, ``negotiate`` on them as an Accept
-  header (never raises), ``SchemaRequest.from_body`` and ``parse_version`` / ``parse_level``
-  / ``parse_mode`` (``RegistryError`` only);
+  header and ``guid.parse_guid`` on them as a path (never raise), ``SchemaRequest.from_body``
+  and ``parse_version`` / ``parse_level`` / ``parse_mode`` (``RegistryError`` only), and
+  ``guid.schema_guid`` of an accepted body (never raises);
 - ``avro_schema.parse`` (new and stored), ``json_schema.parse`` and ``protobuf_schema.parse``
   (``InvalidSchema`` only; Protobuf only up to PROTO_MAX_CHARS) on the first segment, with the
   other segments that look like ``name\\x01text`` as references, and on the schema of a body
@@ -52,9 +53,9 @@ from bench.fuzz.mesh_decoders import (
     _set_byte,
     _splice,
     _truncate,
+    print_report,
     raised_at,
     start_atheris,
-    write_report,
 )
 from bench.fuzz.registry_seeds import (
     BASE_RECORDS,
@@ -65,11 +66,20 @@ from bench.fuzz.registry_seeds import (
     TOKENS,
     seed_inputs,
 )
-from eddy.registry import avro_compat, avro_schema, json_schema, protobuf_compat, protobuf_schema
+from eddy.observe import pipeline_status
+from eddy.registry import (
+    avro_compat,
+    avro_schema,
+    forward_wire,
+    json_schema,
+    protobuf_compat,
+    protobuf_schema,
+)
 from eddy.registry import http_server as hs
 from eddy.registry import records as rec
 from eddy.registry.contract import RegistryError
 from eddy.registry.formats import InvalidSchema, References
+from eddy.registry.guid import parse_guid, schema_guid
 from eddy.registry.requests import SchemaRequest, parse_level, parse_mode, parse_version
 from eddy.registry.schema_ops import entity
 from eddy.registry.state import SchemaState
@@ -141,6 +151,7 @@ def check_input(data: bytes) -> None:
     """The fuzz target: returns for every documented outcome, raises anything else."""
     parts = data.split(b"\x00")[:MAX_SEGMENTS]
     _check_records([data, *parts] if len(parts) > 1 else [data])
+    _check_mesh_and_reports(data)
     _check_state(parts)
     _check_http(data)
     text = parts[0].decode("utf-8", "surrogateescape")
@@ -174,6 +185,29 @@ def _check_records(segments: list[bytes]) -> None:
                 again_raw = rec.encode_value(cast(rec.RecordValue, rec.decode_value(kind, raw)))
             if again_raw != raw:
                 raise InvariantBroken(f"value {raw!r} re-encodes as {again_raw!r}")
+
+
+def _check_mesh_and_reports(data: bytes) -> None:
+    """What other nodes and processes send a registry node: a forwarded write and its
+    answer (mesh payloads), and a pipeline's status report (topic _eddy_pipelines)."""
+    request = None
+    with _decoder("forward_wire.decode_request", (forward_wire.WireError,)):
+        request = forward_wire.decode_request(data)
+    if request is not None and request.body:
+        with _decoder("forward_wire.load_json", (forward_wire.WireError,)):
+            forward_wire.load_json(request.body, "body")
+    answer = None
+    with _decoder("forward_wire.decode_answer", (forward_wire.WireError,)):
+        answer = forward_wire.decode_answer(data)
+    if answer is not None and answer.status == 200:
+        with _decoder("forward_wire.check_result", (forward_wire.WireError,)):
+            for op in forward_wire.OP_NAMES:
+                forward_wire.check_result(op, forward_wire.load_json(answer.body, "body"))
+    key = data[:64] if data else None
+    with _decoder("pipeline_status.decode", (ValueError,)):
+        pipeline_status.decode(key, data)
+    with _decoder("pipeline_status.decode_unkeyed", (ValueError,)):
+        pipeline_status.decode(None, data)
 
 
 def _check_state(parts: list[bytes]) -> None:
@@ -247,6 +281,8 @@ def _check_http(data: bytes) -> None:
     text = data.decode("utf-8", "surrogateescape")
     with _decoder("http.negotiate"):
         hs.negotiate(text)
+    with _decoder("guid.parse_guid"):
+        parse_guid(text)
     for name, parse in (("version", parse_version), ("level", parse_level),
                         ("mode", parse_mode)):
         with _decoder(f"requests.parse_{name}", (RegistryError,)):
@@ -264,6 +300,9 @@ def _check_http(data: bytes) -> None:
     with _decoder("requests.from_body", (RegistryError,)):
         request = SchemaRequest.from_body(body)
     if request is not None:
+        with _decoder("guid.schema_guid"):
+            parse_guid(schema_guid(request.schema, request.references, request.metadata,
+                                   request.rule_set))
         check_schema(request.schema_type, request.schema, {})
 
 
@@ -323,7 +362,10 @@ def check_schema(schema_type: str, text: str, refs: References) -> None:
     if again != canonical:
         raise InvariantBroken(f"{name} canonical {canonical[:200]!r} reads back as "
                               f"{again[:200]!r}")
-    for other in [parsed, *compat_seeds(schema_type)]:
+    seeds: list[Any] = []
+    with _decoder(f"{name}.parse"):  # the seeds are parsed on first use, by the same parser
+        seeds = compat_seeds(schema_type)
+    for other in [parsed, *seeds]:
         with _decoder(f"{name}.compat"):
             for issue in compat(parsed, other) + compat(other, parsed):
                 issue.message()
@@ -506,17 +548,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the report as JSON to this file")
     args = ap.parse_args(args_in)
     report = run(args.seconds, args.seed, args.max_execs, slow_ms=args.slow_ms or None)
-    print(f"registry decoders, seed {report.seed}: {report.execs} execs in "
-          f"{report.seconds:.1f} s ({report.execs_per_s:,.0f}/s), "
-          f"{len(report.findings)} findings")
-    print("  slowest input per decoder:")
-    for name, slow in sorted(report.slowest.items(), key=lambda kv: -kv[1].ms):
-        print(f"    {name:28} {slow.ms:9.3f} ms  ({slow.size} bytes)")
-    for f in report.findings:
-        print(f"  {f.signature} (x{f.count}): {f.message}\n    input: {f.input_hex}")
-    if args.json:
-        write_report(report, args.json)
-    return 1 if report.findings else 0
+    slowest = tuple(f"    {name:28} {slow.ms:9.3f} ms  ({slow.size} bytes)"
+                    for name, slow in sorted(report.slowest.items(), key=lambda kv: -kv[1].ms))
+    return print_report("registry decoders", report, args.json,
+                        ("  slowest input per decoder:", *slowest))
 
 
 if __name__ == "__main__":

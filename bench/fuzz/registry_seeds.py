@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from eddy.registry import protobuf_schema
+from eddy.observe.pipeline_status import PipelineStatus
+from eddy.registry import forward_wire, protobuf_schema
 
 
 def _j(value: Any) -> str:
@@ -152,6 +153,14 @@ def seed_inputs() -> list[bytes]:
             out.append("\x00".join([text, *(f"{n}\x01{t}" for n, t in refs.items())])
                        .encode("utf-8"))
     out.append(protobuf_schema.parse(_PROTO_P2).serialized().encode())
+    # a forwarded write, its answers, a pipeline's status report
+    out.append(forward_wire.encode_request(forward_wire.WriteRequest(
+        1, "orders-value", None, True, False, False,
+        _j({"schema": _USER, "schemaType": "AVRO"}).encode())))
+    out.append(forward_wire.ok_answer({"id": 7}, 42))
+    out.append(forward_wire.error_answer(409, 409, "Schema being registered is incompatible"))
+    out.append(PipelineStatus("orders-lake", "running", 3, 500, 120.5, 7, 2, 10_000, "h", 42,
+                              "").encode()[1])
     return out
 
 

@@ -5,7 +5,8 @@ bench.fuzz.replica_decoders --seconds 10 [--seed N] [--json out.json]`.
 excluded) from a leader, decoded as a Fetch v12 response and as an OffsetForLeaderEpoch v4
 response (``decode_response``: every length and count checked against the bytes present),
 and the records of every partition of a decoded Fetch response go through the follower's
-batch checks (``check_replica_batches``) at the offset the seed asked for. Documented
+batch checks (``check_replica_batches``) at the offset the seed asked for; the same bytes
+also go, as a stream cut in uneven pieces, through the link's frame reader. Documented
 outcomes: ``MalformedResponse`` and ``KafkaError`` (CORRUPT_MESSAGE); anything else is a
 finding, and so is a check that takes more bytes than it was given, or batches that do not
 continue each other. Mutations and the run loop are the mesh fuzzer's.
@@ -17,8 +18,9 @@ import argparse
 import contextlib
 import sys
 
-from bench.fuzz.mesh_decoders import next_input, run, start_atheris, write_report
+from bench.fuzz.mesh_decoders import next_input, print_report, run, start_atheris
 from eddy.client.raw import MalformedResponse, decode_response
+from eddy.cluster.replication.link import _Frames
 from eddy.protocol.errors import ErrorCode, KafkaError
 from eddy.protocol.fetch_codec import FetchPartition, FetchTopic, encode_fetch_response
 from eddy.protocol.records import build_batch
@@ -29,6 +31,7 @@ __all__ = ["check_input", "main", "next_input", "seed_inputs"]
 FETCH, OFFSET_FOR_LEADER_EPOCH = 1, 23
 CORRELATION = 1
 FETCH_OFFSET = 5
+FRAME_CAP = 1 << 16  # the link's response cap, small: sizes in seeds cross it
 
 
 def _check_records(records: bytes) -> None:
@@ -60,8 +63,39 @@ def check_input(data: bytes) -> None:
                     _check_records(bytes(part.records))
     with contextlib.suppress(MalformedResponse, ConnectionError):
         decode_response(OFFSET_FOR_LEADER_EPOCH, 4, CORRELATION, data)
+    _check_frames(data)
     if len(data) < 4096:
         _check_records(data)  # the raw bytes as a record set too
+
+
+def _check_frames(data: bytes) -> None:
+    """The link's frame reader over ``data`` as a byte stream, in uneven pieces: each frame
+    it yields is one announced within the cap and exactly that long, or it fails with
+    MalformedResponse; nothing is held beyond one frame."""
+    frames = _Frames(FRAME_CAP)
+    frames.connection_made(_NullTransport())  # type: ignore[arg-type,unused-ignore]
+    pos, step = 0, 1
+    while pos < len(data) and frames._failure is None:
+        buf = frames.get_buffer(-1)
+        n = min(len(buf), len(data) - pos, step)
+        buf[:n] = data[pos:pos + n]
+        frames.buffer_updated(n)
+        pos, step = pos + n, step * 3 % 1021 + 1
+        done = frames._done
+        if done is not None:
+            frames._take()
+            if not 4 <= len(done) <= FRAME_CAP:
+                raise AssertionError(f"a frame of {len(done)} bytes passed the cap")
+    if frames._failure is not None and not isinstance(frames._failure, MalformedResponse):
+        raise frames._failure
+
+
+class _NullTransport:
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def abort(self) -> None: ...
+    def is_closing(self) -> bool:
+        return False
 
 
 def seed_inputs() -> list[bytes]:
@@ -100,14 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the report as JSON to this file")
     args = ap.parse_args(args_in)
     report = run(args.seconds, args.seed, target=check_input, seeds=seed_inputs())
-    print(f"replica decoders, seed {report.seed}: {report.execs} execs in "
-          f"{report.seconds:.1f} s ({report.execs_per_s:,.0f}/s), "
-          f"{len(report.findings)} findings")
-    for f in report.findings:
-        print(f"  {f.signature} (x{f.count}): {f.message}\n    input: {f.input_hex}")
-    if args.json:
-        write_report(report, args.json)
-    return 1 if report.findings else 0
+    return print_report("replica decoders", report, args.json)
 
 
 if __name__ == "__main__":

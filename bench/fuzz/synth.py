@@ -176,6 +176,20 @@ def _list_partition_reassignments() -> Any:
             name="fuzz-healthy", partition_indexes=(0, 1)),))
 
 
+def _sasl_handshake() -> Any:
+    """A client choosing SCRAM-SHA-256 (the recording sessions use no SASL listener)."""
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+    return SaslHandshakeRequest(mechanism="SCRAM-SHA-256")
+
+
+def _sasl_authenticate() -> Any:
+    """A SCRAM client-first message, the token parsed first on a SASL listener."""
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+
+    return SaslAuthenticateRequest(auth_bytes=b"n,,n=fuzz-user,r=fyko+d2lbbFgONRv9qkxdawL")
+
+
 #: APIs no recorded client sends (operator tools' requests): a hand-made body to start from
 HANDMADE: dict[int, Callable[[], Any]] = {
     ApiKey.DESCRIBE_QUORUM: _describe_quorum,
@@ -183,6 +197,8 @@ HANDMADE: dict[int, Callable[[], Any]] = {
     ApiKey.ELECT_LEADERS: _elect_leaders,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: _alter_partition_reassignments,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: _list_partition_reassignments,
+    ApiKey.SASL_HANDSHAKE: _sasl_handshake,
+    ApiKey.SASL_AUTHENTICATE: _sasl_authenticate,
 }
 
 

@@ -12,14 +12,20 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from eddy.log.config import LONG_MAX, TOPIC_CONFIGS, InvalidConfig
+from eddy.security.listeners import DEFAULT_PROTOCOL_MAP, ListenerSpec, resolve_listeners
 
 ENV_PREFIX = "EDDY_"
+#: the usual ports of the schema registry (Confluent's) and of the admin listener
+#: (Redpanda's), used on the Kafka listener's host unless set
+REGISTRY_PORT = 8081
+ADMIN_PORT = 9644
 
 
 class ConfigError(ValueError):
@@ -282,18 +288,20 @@ class BrokerConfig(BaseModel):
         30000, ge=1, alias="mesh.request.timeout.ms",
         description="default timeout of a forwarded operation over the mesh",
     )
-    registry_listener: str = Field(
-        "", alias="registry.listener",
+    registry_listener: str | None = Field(
+        None, alias="registry.listener",
         description="HOST:PORT of the schema registry's HTTP API (Confluent's REST API, "
-        "state in the topic _schemas), served by a node with the broker role; port 0: any "
-        "free port; empty: no registry",
+        "state in the topic _schemas), served by a node with the broker role; unset: the "
+        f"Kafka listener's host, port {REGISTRY_PORT} (left out with a warning when that "
+        "port is taken, as by another node on the same host); port 0: any free port; "
+        "empty: no registry",
     )
-    admin_listener: str = Field(
-        "", alias="admin.listener",
+    admin_listener: str | None = Field(
+        None, alias="admin.listener",
         description="HOST:PORT of the HTTP admin listener (/metrics for Prometheus, "
-        "/health/live, /health/ready), served by a node with the broker role; port 0: any "
-        "free port; empty: off (the default for now; 127.0.0.1:9644 is its documented "
-        "place)",
+        "/health/live, /health/ready), served by a node with the broker role; unset: the "
+        f"Kafka listener's host, port {ADMIN_PORT} (left out with a warning when that port "
+        "is taken); port 0: any free port; empty: off",
     )
     controller_quorum_voters: str = Field(
         "", alias="controller.quorum.voters",
@@ -308,6 +316,95 @@ class BrokerConfig(BaseModel):
         1500, ge=50, alias="broker.session.timeout.ms",
         description="a broker silent this long is fenced and loses its leaderships (6 "
         "heartbeats: failover within 2 s, see cluster/controller/config.py)",
+    )
+    broker_liveness_probe_ms: int = Field(
+        300, ge=0, alias="broker.liveness.probe.ms",
+        description="a broker this long without a heartbeat has its Kafka listener probed by "
+        "the controller; a refused connection (the process is gone) fences it at once "
+        "instead of after broker.session.timeout.ms; 0: off",
+    )
+
+    listeners: str | None = Field(
+        None, alias="listeners",
+        description="Kafka's listeners: NAME://HOST:PORT,... (several listeners, each with "
+        "the security protocol listener.security.protocol.map gives its name; port 0: any "
+        "free port; an empty HOST: every interface); set, it replaces listen and "
+        "advertised; unset: PLAINTEXT://<listen>",
+    )
+    advertised_listeners: str | None = Field(
+        None, alias="advertised.listeners",
+        description="NAME://HOST:PORT clients of each listener are told to connect to "
+        "(default: the listener's own address)",
+    )
+    listener_security_protocol_map: str = Field(
+        DEFAULT_PROTOCOL_MAP, alias="listener.security.protocol.map",
+        description="listener name -> PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+    )
+    inter_broker_listener_name: str | None = Field(
+        None, alias="inter.broker.listener.name",
+        description="the listener other nodes and replicas use, registered in the cluster "
+        "(default: the first of listeners)",
+    )
+    ssl_keystore_type: str = Field(
+        "PEM", alias="ssl.keystore.type", description="PEM only (KIP-651)")
+    ssl_keystore_location: str | None = Field(
+        None, alias="ssl.keystore.location",
+        description="a PEM file holding the private key and the certificate chain",
+    )
+    ssl_keystore_certificate_chain: str | None = Field(
+        None, alias="ssl.keystore.certificate.chain",
+        description="the listener's certificate chain: PEM text, or the path of a PEM file",
+    )
+    ssl_keystore_key: SecretStr | None = Field(
+        None, alias="ssl.keystore.key",
+        description="the listener's private key: PEM text, or the path of a PEM file",
+    )
+    ssl_key_password: SecretStr | None = Field(
+        None, alias="ssl.key.password", description="password of an encrypted private key")
+    ssl_truststore_type: str = Field(
+        "PEM", alias="ssl.truststore.type", description="PEM only (KIP-651)")
+    ssl_truststore_location: str | None = Field(
+        None, alias="ssl.truststore.location",
+        description="a PEM file of the CA certificates client certificates are checked with",
+    )
+    ssl_truststore_certificates: str | None = Field(
+        None, alias="ssl.truststore.certificates",
+        description="CA certificates as PEM text, or the path of a PEM file",
+    )
+    ssl_client_auth: str = Field(
+        "none", alias="ssl.client.auth",
+        description="none, requested (a client certificate is checked if sent) or "
+        "required; the principal is User:<the certificate's subject, RFC 2253>",
+    )
+    ssl_reload_check_interval_ms: int = Field(
+        5000, ge=0, alias="ssl.reload.check.interval.ms",
+        description="Eddy's own: how often the PEM files' modification times are checked; "
+        "changed files are loaded for new connections (0: never reload)",
+    )
+    sasl_enabled_mechanisms: str = Field(
+        "SCRAM-SHA-256,SCRAM-SHA-512", alias="sasl.enabled.mechanisms",
+        description="SASL mechanisms of SASL listeners: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN "
+        "(PLAIN passwords are checked against the users' SCRAM credentials)",
+    )
+    connections_max_reauth_ms: int = Field(
+        0, ge=0, alias="connections.max.reauth.ms",
+        description="a SASL session lasts this long; the client must re-authenticate "
+        "before it ends or is disconnected (KIP-368; 0: sessions never end)",
+    )
+    connection_failed_authentication_delay_ms: int = Field(
+        100, ge=0, alias="connection.failed.authentication.delay.ms",
+        description="a failed authentication is answered (and the connection closed) this "
+        "long after it failed",
+    )
+    sasl_failed_logins_per_ip_per_minute: int = Field(
+        30, ge=1, alias="sasl.failed.logins.per.ip.per.minute",
+        description="Eddy's own: failed logins allowed from one address per minute; past "
+        "it, logins from that address fail without being checked until it calms down",
+    )
+    sasl_bootstrap_user: SecretStr | None = Field(
+        None, alias="sasl.bootstrap.user",
+        description="NAME:PASSWORD of a user created (as SCRAM-SHA-256 and SCRAM-SHA-512 "
+        "credentials, never the password) when the cluster has no credential of that name",
     )
 
     @field_validator("listen", "advertised")
@@ -324,18 +421,13 @@ class BrokerConfig(BaseModel):
             parse_host_port(v, info.field_name)
         return v
 
-    @field_validator("registry_listener")
+    @field_validator("registry_listener", "admin_listener")
     @classmethod
-    def _registry_host_port(cls, v: str) -> str:
+    def _http_host_port(cls, v: str | None, info: Any) -> str | None:
+        if v is None:
+            return None
         if v.strip():
-            parse_host_port(v.strip(), "registry.listener")
-        return v.strip()
-
-    @field_validator("admin_listener")
-    @classmethod
-    def _admin_host_port(cls, v: str) -> str:
-        if v.strip():
-            parse_host_port(v.strip(), "admin.listener")
+            parse_host_port(v.strip(), str(info.field_name).replace("_", "."))
         return v.strip()
 
     @field_validator("mesh_seeds")
@@ -413,6 +505,13 @@ class BrokerConfig(BaseModel):
         return v
 
     @model_validator(mode="after")
+    def _security_settings(self) -> BrokerConfig:
+        from eddy.security.settings import check_security
+
+        check_security(self)  # ValueErrors name the setting
+        return self
+
+    @model_validator(mode="after")
     def _request_pool_holds_a_request(self) -> BrokerConfig:
         queued, largest = self.queued_max_request_bytes, self.socket_request_max_bytes
         if queued != -1 and queued < largest:
@@ -486,27 +585,52 @@ class BrokerConfig(BaseModel):
     @property
     def registry_address(self) -> tuple[str, int] | None:
         """Where the schema registry listens (None: not served)."""
-        if not self.registry_listener:
-            return None
-        return parse_host_port(self.registry_listener, "registry.listener")
+        return self._http_address(self.registry_listener, REGISTRY_PORT, "registry.listener")
 
     @property
     def admin_address(self) -> tuple[str, int] | None:
         """Where the HTTP admin listener listens (None: off)."""
-        if not self.admin_listener:
-            return None
-        return parse_host_port(self.admin_listener, "admin.listener")
+        return self._http_address(self.admin_listener, ADMIN_PORT, "admin.listener")
+
+    def _http_address(self, value: str | None, default_port: int, field: str
+                      ) -> tuple[str, int] | None:
+        if value is None:  # unset: next to the Kafka listener, on the usual port
+            return self.listen_address[0], default_port
+        return parse_host_port(value, field) if value else None
 
     @property
     def listen_address(self) -> tuple[str, int]:
+        """Where the (inter-broker) Kafka listener binds."""
+        if self.listeners is not None:
+            first = self.listener_specs[0]
+            return first.host or "0.0.0.0", first.port
         return parse_host_port(self.listen, "listen")
 
     @property
     def advertised_address(self) -> tuple[str, int]:
+        """What the (inter-broker) listener tells clients and other nodes."""
+        if self.listeners is not None:
+            first = self.listener_specs[0]
+            return first.advertised_host, (first.advertised_port if first.advertised_port
+                                           is not None else first.port)
         if self.advertised:
             return parse_host_port(self.advertised, "advertised")
         host, port = self.listen_address
         return ("127.0.0.1" if host in ("0.0.0.0", "::", "") else host), port
+
+    @property
+    def listener_specs(self) -> list[ListenerSpec]:
+        """The Kafka listeners, the inter-broker one first (unset listeners: one
+        PLAINTEXT listener on listen, telling clients advertised)."""
+        if self.listeners is None:
+            host, port = parse_host_port(self.listen, "listen")
+            adv_host, adv_port = self.advertised_address
+            fixed = self.advertised is not None or port != 0
+            return [ListenerSpec("PLAINTEXT", host, port, "PLAINTEXT", adv_host,
+                                 adv_port if fixed else None)]
+        return resolve_listeners(self.listeners, self.advertised_listeners,
+                                 self.listener_security_protocol_map,
+                                 self.inter_broker_listener_name)
 
     def topic_defaults(self) -> dict[str, str]:
         """Broker-level defaults for topic configs, under the topic configs' names."""

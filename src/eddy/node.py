@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from eddy.broker.broker import Broker, load_cluster_id
@@ -28,10 +28,12 @@ from eddy.gateway.executor import OpExecutor
 from eddy.gateway.handlers import GATEWAY_HANDLERS, GATEWAY_VERSIONS
 from eddy.gateway.mesh_link import DirectoryRoutes, KafkaOpServer, MeshForwarder
 from eddy.gateway.node import Gateway
-from eddy.mesh.frames import TAG_KAFKA_OP, TAG_TXN_MARKERS
+from eddy.mesh.frames import TAG_KAFKA_OP, TAG_REGISTRY, TAG_TXN_MARKERS
 from eddy.mesh.identity import NodeIdentity
 from eddy.mesh.quic import MeshError, MeshTimeout, PeerUnavailable
 from eddy.mesh.service import MeshService
+from eddy.observe import otel_setup
+from eddy.security.servers import cluster_lookup, ensure_bootstrap_user, make_servers
 
 if TYPE_CHECKING:
     from eddy.observe.admin_http import AdminServer
@@ -65,9 +67,12 @@ class Node:
     sync: ReplicaSync | None = None
     registry: RegistryRole | None = None
     admin: AdminServer | None = None
+    #: the Kafka listeners after the first (``server``, the inter-broker one)
+    more_servers: list[KafkaServer] = field(default_factory=list)
 
 
 async def start_node(config: BrokerConfig, clock: Clock) -> Node:
+    otel_setup.start(config.node_id)  # traces, when the OTEL_* environment asks for them
     roles = config.roles
     broker: Broker | None = None
     if "broker" in roles:
@@ -87,16 +92,19 @@ async def start_node(config: BrokerConfig, clock: Clock) -> Node:
         cluster_id = broker.cluster_id if broker is not None else load_cluster_id(
             config.data_dir, config.node_id)
         gateway = Gateway(config, DirectoryRoutes(mesh.directory), forwarder, cluster_id)
-        server = KafkaServer(gateway, handlers=GATEWAY_HANDLERS, versions=GATEWAY_VERSIONS)
+        servers = make_servers(config, gateway, cluster_lookup(broker),
+                               handlers=GATEWAY_HANDLERS, versions=GATEWAY_VERSIONS)
     else:
         assert broker is not None
-        server = KafkaServer(broker)
+        servers = make_servers(config, broker, cluster_lookup(broker))
+    server, more_servers = servers[0], servers[1:]
     cluster: ClusterService | None = None
     sync: ReplicaSync | None = None
     if config.clustered:
         assert mesh is not None  # config.mesh_enabled holds for a cluster
         cluster, sync = _make_cluster(config, clock, mesh, broker)
-    await server.start()
+    for one in servers:
+        await one.start()
     if mesh is not None:
         node = gateway if gateway is not None else broker
         assert node is not None
@@ -116,17 +124,29 @@ async def start_node(config: BrokerConfig, clock: Clock) -> Node:
     if cluster is not None:
         cluster.config = config
         await _start_cluster(cluster, broker, sync)
+        if config.sasl_bootstrap_user is not None:
+            if set(cluster.voters) == {config.node_id}:  # alone: the user is there when ready
+                await ensure_bootstrap_user(config, cluster, ALONE_READY_S)
+            else:
+                cluster.spawn(ensure_bootstrap_user(config, cluster, ALONE_READY_S),
+                              "bootstrap-user")
     if broker is not None:
         broker.start_maintenance()
-    registry = await _start_registry(config, broker, gateway)
-    started = Node(config, broker, server, mesh, gateway, cluster, sync, registry)
+    registry = await _start_registry(config, broker, gateway, mesh)
+    if broker is not None and broker.cluster is not None and mesh is not None:
+        from eddy.registry.cluster_route import write_handler  # writes forwarded here
+
+        mesh.rpc.handle(TAG_REGISTRY, write_handler(broker, mesh, registry))
+    started = Node(config, broker, server, mesh, gateway, cluster, sync, registry,
+                   more_servers=more_servers)
     started.admin = await _start_admin(started)
     return started
 
 
 async def _start_admin(node: Node) -> AdminServer | None:
     """The HTTP admin listener (admin.listener, on a node with the broker role): /metrics
-    and the health checks. A listener that cannot start stops the node."""
+    and the health checks. A listener set that cannot start stops the node; the default
+    one, on a port already taken, is left out with a warning."""
     address = node.config.admin_address
     if address is None or node.broker is None:
         return None
@@ -135,25 +155,48 @@ async def _start_admin(node: Node) -> AdminServer | None:
     admin = AdminServer(address[0], address[1], node)
     try:
         await admin.start()
+    except OSError as exc:
+        if node.config.admin_listener is None:
+            _left_out("admin listener", "admin.listener", address, exc)
+            return None
+        await stop_node(node)
+        raise
     except BaseException:
         await stop_node(node)
         raise
     return admin
 
 
+def _left_out(what: str, setting: str, address: tuple[str, int], exc: OSError) -> None:
+    log.warning("%s not started: %s:%d: %s (another node on this host has it? set %s to "
+                "HOST:PORT, or to nothing to turn it off)", what, address[0], address[1],
+                exc.strerror or exc, setting)
+
+
 async def _start_registry(config: BrokerConfig, broker: Broker | None,
-                          gateway: Gateway | None) -> RegistryRole | None:
+                          gateway: Gateway | None, mesh: MeshService | None
+                          ) -> RegistryRole | None:
     """The schema registry (registry.listener, on a node with the broker role): a Kafka
     client of this node's listener. A node alone (or alone in its quorum) waits until the
     registry has read _schemas before it says it is ready; on a cluster still forming the
-    registry goes on reading in the background."""
+    registry goes on reading in the background. When registry.listener is not set and its
+    default port is taken, the node goes on without a registry (a warning says so)."""
     address = config.registry_address
     if address is None or broker is None:
         return None
+    from eddy.registry.cluster_route import cluster_route
     from eddy.registry.role import start_registry  # aiohttp, only when the registry runs
 
     served = gateway if gateway is not None else broker
-    registry = await start_registry(address[0], address[1], f"{served.host}:{served.port}")
+    try:
+        registry = await start_registry(address[0], address[1],
+                                        f"{served.host}:{served.port}",
+                                        route=cluster_route(broker, mesh))
+    except OSError as exc:
+        if config.registry_listener is not None:
+            raise
+        _left_out("schema registry", "registry.listener", address, exc)
+        return None
     if len(config.quorum_voters) <= 1 and not await registry.wait_ready(ALONE_READY_S):
         log.warning("schema registry not ready within %.0f s: going on", ALONE_READY_S)
     return registry
@@ -220,6 +263,8 @@ async def stop_node(node: Node) -> None:
         await node.admin.stop()
     if node.registry is not None:  # a client of this node: stops before its listener
         await node.registry.stop()
+    for more in node.more_servers:
+        await more.stop()
     await node.server.stop()
     if node.broker is not None and node.broker.groups.store is not None:
         await node.broker.groups.store.stop()
@@ -235,3 +280,4 @@ async def stop_node(node: Node) -> None:
         await node.mesh.stop()
     if node.broker is not None:
         await node.broker.stop()
+    await otel_setup.stop()  # the spans of the shutdown too

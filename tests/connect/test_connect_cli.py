@@ -8,7 +8,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .pipeline_helpers import create_topic, produce, run_eddy, write_pipeline
+from eddy.observe.pipeline_status import STATUS_TOPIC, decode
+
+from .pipeline_helpers import create_topic, produce, read_topic, run_eddy, write_pipeline
 
 
 def pipeline_text(bootstrap: str, tmp_path: Path, schema: str | None = None) -> str:
@@ -174,3 +176,10 @@ def test_run_available_now(eddy: Any, tmp_path: Path) -> None:
     rows = sorted(pq.read_table(tmp_path / "out").to_pylist(), key=lambda r: r["id"])
     assert rows == [{"key": f"c{d['id']}".encode(), "email": "*" * (len(d["email"]) - 3)
                      + d["email"][-3:], "id": d["id"]} for d in docs]
+    # it reported its progress and its end to the topic _eddy_pipelines of its Eddy
+    reports = [decode(r.key, r.value) for r in read_topic(eddy.bootstrap, STATUS_TOPIC)
+               if r.value is not None]
+    assert reports and {s.name for s in reports} == {"cli-orders"}
+    last = reports[-1]
+    assert (last.state, last.rows_total, last.dead_letters, last.lag_records) == (
+        "stopped", 50, 0, 0)

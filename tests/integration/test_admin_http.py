@@ -19,8 +19,6 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from eddy.config import load_config
-
 ADMIN = "EDDY_ADMIN url="
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
@@ -122,7 +120,7 @@ def test_metrics_count_what_was_produced_and_health_answers(eddy_factory: Any) -
     assert ready["status"] == "ready"
     assert ready["checks"] == {"log_recovery": True, "registered": True, "metadata": True}
 
-    for path in ("/", "/metrics/x", "/health", "/no/such/path"):
+    for path in ("/metrics/x", "/health", "/no/such/path"):  # ("/": the web console)
         status, _, body = get(f"{url}{path}")
         assert status == 404, path
         assert json.loads(body)["error"] == "Not Found"
@@ -161,12 +159,3 @@ def test_ready_is_503_naming_what_is_missing_without_a_quorum(eddy_factory: Any)
     # the process serves: it is live, and its metrics answer
     assert get(f"{url}/health/live")[0] == 200
     assert get(f"{url}/metrics")[0] == 200
-
-
-def test_admin_listener_is_off_by_default(eddy: Any) -> None:
-    assert load_config(env={}, overrides={}).admin_address is None
-    process = eddy.proc
-    assert eddy.stop() == 0
-    rest = process.stdout.read()  # everything printed after EDDY_READY
-    assert ADMIN not in rest
-    assert "admin on" not in eddy.logs()

@@ -27,6 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from conftest import EddyProcess
 from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from replication_check import compare_replicas
 
 from eddy.client.raw import RawClient
 
@@ -243,3 +244,27 @@ def pause(node: Node, seconds: float) -> None:
 def describe_all(cluster: Cluster, topic: str) -> dict[str, Any]:
     """Every live node's view of ``topic`` (for failure messages)."""
     return {n.bootstrap: cluster.describe(topic, n) for n in cluster.live()}
+
+
+def back_to_three(cluster: Cluster, topic: str, partitions: int | None = None) -> None:
+    """Every node is listed by every other again, and back in every ISR of `topic` (caught
+    up): the next fault may then take any one node down without making a partition
+    unavailable."""
+    wait_for(lambda: all(cluster.brokers(n) == 3 for n in cluster.live()), 30,
+             "every node lists 3 brokers again",
+             detail=lambda: {n.node_id: cluster.brokers(n) for n in cluster.live()})
+    wait_for(lambda: cluster.settled(topic, partitions), 30, "every ISR full again",
+             detail=lambda: describe_all(cluster, topic))
+
+
+def converged(cluster: Cluster, topic: str, ends: dict[int, int],
+              timeout: float = 20.0) -> list[str]:
+    """Every replica's bytes of `topic` equal up to the high watermark (polled: followers
+    catch up); the differences left after `timeout`."""
+    dirs = {i: n.data_dir for i, n in cluster.nodes.items()}
+    deadline = time.monotonic() + timeout
+    while True:
+        diffs = [d for p, end in ends.items() for d in compare_replicas(dirs, topic, p, end)]
+        if not diffs or time.monotonic() > deadline:
+            return diffs
+        time.sleep(0.5)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import EddyProcess
 from replication_check import History, check
-from replication_cluster import Cluster, wait_for
+from replication_cluster import Cluster, back_to_three, wait_for
 from replication_workload import Writer, read_all, watermarks
 
 RECORDS = 1500
@@ -92,6 +92,8 @@ def test_power_cut_of_every_replica_loses_no_acknowledged_record(
         for n in nodes:
             n.start(timeout=30)
         wait_for(lambda: all(cluster.brokers(n) == 3 for n in nodes), 40, "all three back")
+        for topic in ("durable", "cached"):  # every partition led again, by every node's view
+            back_to_three(cluster, topic, 2)
         lost = lost_after_restart(cluster.bootstrap, "durable", 2, durable)
         # write caching: acknowledged before the fsync, so a power cut may lose it (reported)
         lost_after_restart(cluster.bootstrap, "cached", 2, cached)

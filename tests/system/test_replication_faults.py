@@ -19,11 +19,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from replication_check import History, check, compare_replicas
+from replication_check import History, check
 from replication_cluster import (
     IDS,
     Cluster,
     NetFaults,
+    back_to_three,
+    converged,
     describe_all,
     net_faults,
     pause,
@@ -40,16 +42,6 @@ LAG_MS = 3000  # replica.lag.time.max.ms of the test that cuts a follower off
 Fault = Callable[[Cluster, int], None]
 
 
-def back_to_three(cluster: Cluster) -> None:
-    """Every node is listed by every other again, and back in every ISR (caught up): the
-    next fault may then take any one node down without making a partition unavailable."""
-    wait_for(lambda: all(cluster.brokers(n) == 3 for n in cluster.live()), 30,
-             "every node lists 3 brokers again",
-             detail=lambda: {n.node_id: cluster.brokers(n) for n in cluster.live()})
-    wait_for(lambda: cluster.settled(TOPIC), 30, "every ISR full again",
-             detail=lambda: describe_all(cluster, TOPIC))
-
-
 def kill_and_restart(cluster: Cluster, leader: int) -> None:
     node = cluster.nodes[leader]
     node.kill()
@@ -59,12 +51,12 @@ def kill_and_restart(cluster: Cluster, leader: int) -> None:
              detail=lambda: describe_all(cluster, TOPIC))
     time.sleep(1.0)  # writes go to the new leader meanwhile
     node.start(timeout=30)
-    back_to_three(cluster)
+    back_to_three(cluster, TOPIC)
 
 
 def pause_and_resume(cluster: Cluster, leader: int) -> None:
     pause(cluster.nodes[leader], 5.0)
-    back_to_three(cluster)
+    back_to_three(cluster, TOPIC)
 
 
 def isolate_with(faults: NetFaults) -> Fault:
@@ -74,7 +66,7 @@ def isolate_with(faults: NetFaults) -> Fault:
             time.sleep(6.0)
         finally:
             faults.heal()
-        back_to_three(cluster)
+        back_to_three(cluster, TOPIC)
     return isolate
 
 
@@ -102,7 +94,7 @@ def cut_follower_with(faults: NetFaults, shrunk: list[str]) -> Fault:
                               f"{view}")
         finally:
             faults.heal()
-        back_to_three(cluster)
+        back_to_three(cluster, TOPIC)
     return cut
 
 
@@ -140,20 +132,8 @@ def run_faults(cluster: Cluster, fault: Fault, rounds: int) -> list[str]:
         problems.append("no write was acknowledged")
     if not result.ok:
         problems.append(result.summary())
-    problems += converged(cluster, ends)
+    problems += converged(cluster, TOPIC, ends)
     return problems
-
-
-def converged(cluster: Cluster, ends: dict[int, int], timeout: float = 20.0) -> list[str]:
-    """Every replica's bytes equal up to the high watermark (polled: followers catch up);
-    the differences left after `timeout`."""
-    dirs = {i: n.data_dir for i, n in cluster.nodes.items()}
-    deadline = time.monotonic() + timeout
-    while True:
-        diffs = [d for p, end in ends.items() for d in compare_replicas(dirs, TOPIC, p, end)]
-        if not diffs or time.monotonic() > deadline:
-            return diffs
-        time.sleep(0.5)
 
 
 def test_leader_killed_and_restarted(tmp_path: Path) -> None:

@@ -2,25 +2,34 @@
 controller fences a paused node), acks=all keeps working while `min.insync.replicas` are
 in sync and is refused with NOT_ENOUGH_REPLICAS below it (acks=1 still works); the paused
 followers come back, catch up, rejoin the ISR, and every replica's log files end up
-byte-identical to the leader's. A produce to a follower is answered NOT_LEADER_OR_FOLLOWER
-with the leader and its epoch (KIP-951)."""
+byte-identical to the leader's; the leader's /metrics counted the shrink and the expand.
+A produce to a follower is answered NOT_LEADER_OR_FOLLOWER with the leader and its epoch
+(KIP-951)."""
 
 from __future__ import annotations
 
 import datetime
+import re
 import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.list_offsets.v4.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
 from kio.schema.produce.v10.request import (
     PartitionProduceData,
     ProduceRequest,
     TopicProduceData,
 )
+from kio.schema.types import BrokerId, TopicName
 from replication_cluster import Cluster, Node, wait_for
 
 from eddy.client.raw import RawClient
@@ -31,7 +40,7 @@ TOPIC = "isr"
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
+    c = Cluster(tmp_path, {"admin.listener": "127.0.0.1:0"})  # /metrics on each node
     try:
         c.start()
         yield c
@@ -63,6 +72,19 @@ def isr(cluster: Cluster, topic: str = TOPIC) -> list[int]:
     if via is None:
         return []
     return cluster.describe(topic, via).get(0, (-1, []))[1]
+
+
+def isr_changes(node: Node, topic: str = TOPIC) -> tuple[float, float]:
+    """(eddy_isr_shrinks_total, eddy_isr_expands_total) of ``topic`` on ``node``'s /metrics."""
+    found = re.search(r"admin on (http://\S+)", node.logs())
+    assert found, f"node {node.node_id} logged no admin URL"
+    with urllib.request.urlopen(f"{found[1]}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    counts = []
+    for name in ("eddy_isr_shrinks_total", "eddy_isr_expands_total"):
+        sample = re.search(rf'^{name}{{topic="{topic}"}} (\S+)$', text, re.MULTILINE)
+        counts.append(float(sample[1]) if sample else 0.0)
+    return counts[0], counts[1]
 
 
 def test_isr_shrinks_and_grows_and_min_insync_is_enforced(cluster: Cluster) -> None:
@@ -100,6 +122,10 @@ def test_isr_shrinks_and_grows_and_min_insync_is_enforced(cluster: Cluster) -> N
     wait_for(lambda: len(isr(cluster)) == 3 and len(isr(cluster, "strict")) == 3, 30,
              "the follower is back in both ISRs",
              detail=lambda: (isr(cluster), isr(cluster, "strict")))
+    # the leader counted both changes (controller or AlterIsr, as the metadata committed it)
+    wait_for(lambda: all(n >= 1 for n in isr_changes(leader)), 10,
+             "the leader counts an ISR shrink and an expand",
+             detail=lambda: isr_changes(leader))
     assert produce(leader, -1, [b"d%d" % i for i in range(50)]).error_code == 0
     assert produce(strict_leader, -1, [b"t"], "strict").error_code == 0
     for topic, lead in ((TOPIC, leader), ("strict", strict_leader)):
@@ -129,3 +155,20 @@ def test_a_follower_answers_with_the_leader(cluster: Cluster) -> None:
     (part,) = fetched.responses[0].partitions
     assert part.error_code == 6
     assert part.current_leader.leader_id == leader_id
+    # ListOffsets: a consumer's goes to the leader only; a debugging consumer's (-2) is
+    # answered by any replica, with its log end
+    assert produce(cluster.nodes[leader_id], -1, [b"y"]).error_code == 0
+    assert list_offsets(follower, -1) == (6, -1)
+    assert list_offsets(follower, -2) == (0, 1)
+    assert list_offsets(cluster.nodes[leader_id], -1) == (0, 1)
+
+
+def list_offsets(node: Node, replica_id: int) -> tuple[int, int]:
+    """(error code, latest offset) of partition 0 as ``node`` answers ListOffsets v4."""
+    with RawClient(node.host, node.port, 10.0) as raw:
+        answer = raw.call(ListOffsetsRequest(
+            replica_id=BrokerId(replica_id), isolation_level=0, topics=(ListOffsetsTopic(
+                name=TopicName(TOPIC), partitions=(ListOffsetsPartition(
+                    partition_index=0, current_leader_epoch=-1, timestamp=-1),)),)))
+    (part,) = answer.topics[0].partitions
+    return int(part.error_code), int(part.offset)

@@ -162,7 +162,11 @@ def test_storage_gc_reports_are_checked() -> None:
     assert gc.plan(state, 0) == {}  # a node that left is forgotten
 
 
-def test_next_wakeup_is_the_earliest_expiry_or_task() -> None:
-    controller, _ = _controller(partition_reconcile_interval_ms=5000)
+def test_next_wakeup_is_the_earliest_expiry_probe_or_task() -> None:
+    controller, _ = _controller(partition_reconcile_interval_ms=5000, probe_after_ms=0)
     # sessions from the heartbeats at 0 expire at 1500; the first task is due at 5000
-    assert controller.next_wakeup() == 1500
+    assert controller.next_wakeup(0) == 1500
+    # an expired session (a dead broker's) wakes nobody again: no busy loop
+    assert controller.next_wakeup(1500) == 5000
+    probing, _ = _controller(partition_reconcile_interval_ms=5000, probe_after_ms=300)
+    assert probing.next_wakeup(0) == 300  # silent brokers are probed a heartbeat late

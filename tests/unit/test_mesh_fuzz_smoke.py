@@ -47,4 +47,4 @@ def test_an_escaping_exception_is_a_finding(monkeypatch: pytest.MonkeyPatch) -> 
     report = mesh_decoders.run(seconds=60.0, seed=11, max_execs=300)
     assert report.execs == 300
     assert [f.signature.split(" ")[0] for f in report.findings] == ["IndexError"]
-    assert mesh_decoders.main(["--seconds", "0.2"]) == 1
+    assert mesh_decoders.main(["--seconds", "60", "--seed", "11", "--max-execs", "300"]) == 1

@@ -4,9 +4,11 @@ state adapter reads real logs."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from prometheus_client import REGISTRY
@@ -18,7 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from eddy.broker.broker import Broker
 from eddy.clock import ManualClock
+from eddy.cluster.metadata.records import PartitionRecord
 from eddy.cluster.raft.driver_types import RaftStatus
+from eddy.cluster.replication.manager import ReplicaManager
 from eddy.config import load_config
 from eddy.groups.state import GroupEvent
 from eddy.observe.broker_state import BrokerState
@@ -232,6 +236,25 @@ def test_rebalances_and_transactions_are_counted() -> None:
     assert value(families, "eddy_transactions_total", result="abort") == 1
 
 
+def test_isr_shrinks_and_expands_are_counted_per_topic_once_per_change() -> None:
+    metrics = BrokerMetrics(StandIn(), process=False)
+    c = metrics.counts
+    families = scrape(metrics)
+    assert families["eddy_isr_shrinks"].samples == []
+    assert families["eddy_isr_expands"].samples == []
+    c.isr_changed("a", (1, 2, 3), (1, 2))  # one change removing a member: one shrink
+    c.isr_changed("a", (1, 2), (1,))
+    c.isr_changed("a", (1,), (1, 2, 3))  # two members back in one change: one expand
+    c.isr_changed("b", (1, 2), (1, 3))  # one out, another in: both
+    c.isr_changed("b", (1, 2), (2, 1))  # the same members: neither
+    families = scrape(metrics)
+    assert value(families, "eddy_isr_shrinks_total", topic="a") == 2
+    assert value(families, "eddy_isr_expands_total", topic="a") == 1
+    assert value(families, "eddy_isr_shrinks_total", topic="b") == 1
+    assert value(families, "eddy_isr_expands_total", topic="b") == 1
+    assert families["eddy_isr_shrinks"].type == "counter"
+
+
 def test_disabled_metrics_count_nothing_but_still_answer() -> None:
     metrics = BrokerMetrics(filled(), enabled=False, process=False)
     assert not metrics.enabled
@@ -243,8 +266,10 @@ def test_disabled_metrics_count_nothing_but_still_answer() -> None:
     c.group_events([GroupEvent("rebalance-complete", "g", 1)])
     c.transaction_ended(True)
     c.cdc_event("pg", 1, 5.0)
+    c.isr_changed("t", (1, 2), (1,))
     families = scrape(metrics)
     assert families["eddy_messages"].samples == []
+    assert families["eddy_isr_shrinks"].samples == []
     assert families["eddy_requests"].samples == []
     assert value(families, "eddy_group_rebalances_total") == 0
     assert value(families, "eddy_transactions_total", result="commit") == 0
@@ -392,3 +417,59 @@ def test_broker_owns_its_metrics_and_the_setting_turns_counting_off(tmp_path: Pa
                                                 "metrics.enable": "false"}), ManualClock())
     assert on.metrics.enabled and not off.metrics.enabled
     assert on.metrics.registry is not off.metrics.registry
+
+
+@dataclass
+class NoBrokers:
+    """The metadata a ReplicaManager reads of a cluster: no broker registrations."""
+
+    def broker(self, _node: int) -> None:
+        return None
+
+    def is_live(self, _node: int) -> bool:
+        return True
+
+
+@dataclass
+class StubCluster:
+    state: NoBrokers = field(default_factory=NoBrokers)
+
+
+def test_the_leader_counts_committed_isr_changes(broker: Broker) -> None:
+    """What the metadata commits for a partition led here (the leader's AlterIsr or the
+    controller fencing a follower) counts as a shrink/expand; a leader change, the same ISR
+    again, or a partition only followed here do not."""
+    broker.logs.create_topic("t", 2, {}, NOW)
+    led, followed = broker.logs.partition("t", 0), broker.logs.partition("t", 1)
+    assert led is not None and followed is not None
+
+    def isr_counts() -> tuple[float, float]:
+        families = scrape(broker.metrics)
+        return (value(families, "eddy_isr_shrinks_total", topic="t")
+                if has_sample(families, "eddy_isr_shrinks_total", topic="t") else 0,
+                value(families, "eddy_isr_expands_total", topic="t")
+                if has_sample(families, "eddy_isr_expands_total", topic="t") else 0)
+
+    async def run() -> list[tuple[float, float]]:
+        manager = ReplicaManager(broker, cast(Any, StubCluster()))
+        seen = []
+        steps = [  # (leader, leader epoch, ISR, partition epoch) of partition 0
+            (1, 0, (1, 2, 3), 0),  # starts leading: nothing counted
+            (1, 0, (1, 2), 1),  # follower 3 out: a shrink
+            (1, 0, (1, 2), 1),  # the same state again: nothing
+            (1, 0, (1, 2, 3), 2),  # back in: an expand
+            (1, 1, (1, 3), 3),  # a new leader epoch: a new leader state, nothing counted
+        ]
+        try:
+            for leader, epoch, isr, partition_epoch in steps:
+                # partition 1 is led by node 2: its ISR changes are node 2's to count
+                other = PartitionRecord((2, 1, 3), 2, 0, isr, partition_epoch)
+                manager.apply({("t", 0): (led, PartitionRecord((1, 2, 3), leader, epoch, isr,
+                                                               partition_epoch)),
+                               ("t", 1): (followed, other)})
+                seen.append(isr_counts())
+        finally:
+            await manager.stop()
+        return seen
+
+    assert asyncio.run(run()) == [(0, 0), (1, 0), (1, 0), (1, 1), (1, 1)]

@@ -369,3 +369,40 @@ def test_a_follower_whose_whole_window_of_appends_was_lost_still_catches_up() ->
     after = lead.progress(3)
     assert after is not None and after.match > behind
     assert datas(c, 3)[-12:] == [b"w%d" % k for k in range(12)]
+
+
+def test_leader_gone_hint_elects_the_first_survivor_in_turn_at_once() -> None:
+    c = LockstepCluster(3)
+    c.elect(3)
+    c.tick(100)
+    c.crash(3)
+    c.tick(50)  # less than an election timeout: every follower still holds the lease
+    silence = c.node(1).leader_silence()
+    assert silence is not None and silence[0] == 3 and 50 <= silence[1] < ET
+    for i in (1, 2):  # the watch on each survivor found nothing listening
+        c.node(i).leader_gone(3)
+    c.settle()
+    lead = c.leader()
+    # node 1 is first in turn: it campaigned at once and node 2 granted (no lease left)
+    assert lead is not None and lead.id == 1
+    assert c.node(2).leader == 1
+    assert c.node(1).leader_silence() is None  # leading
+
+
+def test_leader_gone_is_ignored_for_another_node_or_a_leader_heard_again() -> None:
+    c = LockstepCluster(3)
+    lead = c.elect(1)
+    term = lead.term
+    c.tick(100)
+    f = c.node(2)
+    f.leader_gone(3)  # not its leader: nothing changes
+    c.tick(100)
+    assert c.leader() is lead and f.leader == 1
+    # a false hint about a live leader: the follower campaigns in its turn (node 2 is
+    # second of the survivors 2 and 3), but node 3 still holds the lease and ignores it,
+    # and the leader's next heartbeat puts node 2 back in line
+    f.leader_gone(1)
+    assert f.leader_silence() is None
+    c.tick(3 * ET)
+    assert c.leader() is lead and lead.term == term and f.leader == 1
+    assert f.leader_silence() is not None

@@ -421,9 +421,9 @@ def test_invalid_requests_are_422() -> None:
 
 
 @pytest.mark.parametrize("path", [
-    "/associations/resources/topic/value", "/schemas/guids/0d1b4d1c", "/schemas/ids/abc",
+    "/associations/resources/topic/value", "/schemas/guids", "/schemas/ids/abc",
     "/schemas/ids/99999999999", "/schemas/ids/1.5", "/schemas?offset=abc", "/subjects?limit=x",
-    "/subjects/s/metadata", "/nope",
+    "/subjects/s/metadatas", "/nope",
 ])
 def test_unknown_paths_and_unconvertible_ints_are_jersey_404(path: str) -> None:
     async def scenario(api: Api) -> Reply:

@@ -133,7 +133,8 @@ def test_an_escaping_exception_is_a_finding(monkeypatch: pytest.MonkeyPatch,
     assert {kind(f.signature) for f in report.findings} == {
         ("KeyError", "avro.parse")}
     out = tmp_path / "report.json"
-    assert rd.main(["--seconds", "0.2", "--json", str(out)]) == 1
+    assert rd.main(["--seconds", "60", "--seed", "11", "--max-execs", "300",
+                    "--json", str(out)]) == 1
     saved = json.loads(out.read_text())
     assert saved["findings"] and saved["execs"] > 0 and saved["slowest"]
 

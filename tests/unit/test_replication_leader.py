@@ -98,6 +98,14 @@ def test_follower_rejoins_at_the_hwm_and_the_epoch_start() -> None:
     assert proposal == (1, 2, 3)
 
 
+def test_a_broker_that_may_not_join_is_not_proposed() -> None:
+    s = leader(isr=(1, 2))
+    s.follower_fetched(3, 80, 80, 1_100)  # caught up, but fenced (or dead)
+    assert s.isr_change(1_200, 80, 80, LAG_MS, 0, can_join=lambda n: n != 3) is None
+    assert s.high_watermark(80, 0) == 0  # (2 has not fetched) and 3 holds nothing
+    assert s.isr_change(1_300, 80, 80, LAG_MS, 0) == (1, 2, 3)
+
+
 def test_pending_addition_holds_the_hwm_until_committed() -> None:
     s = leader(isr=(1,), replicas=(1, 2))
     s.follower_fetched(2, 30, 30, 1_100)

@@ -44,9 +44,10 @@ class Connection(asyncio.BufferedProtocol):
     """
 
     def __init__(self, owner: ConnectionOwner, max_bytes: int,
-                 pool: MemoryPool | None = None) -> None:
+                 pool: MemoryPool | None = None, half_close: bool = True) -> None:
         self._owner = owner
-        self._max_bytes = max_bytes
+        self._half_close = half_close  # False on TLS, which cannot answer after the EOF
+        self.max_bytes = max_bytes  # largest frame (raised once a SASL client logs in)
         self._pool = pool if pool is not None else MemoryPool.unbounded()
         self.transport: asyncio.Transport | None = None
         self.peer_ip = ""  # set by the server when it admits the connection
@@ -119,7 +120,8 @@ class Connection(asyncio.BufferedProtocol):
             self._eof_pending = True  # complete frames wait in the scratch buffer for memory
         else:
             self._end_stream(None)
-        return True  # keep the transport open: queued requests still get their responses
+        # keep the transport open: queued requests still get their responses
+        return self._half_close
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
@@ -151,11 +153,11 @@ class Connection(asyncio.BufferedProtocol):
         need = _SIZE.size
         while end - start >= _SIZE.size:
             (size,) = _SIZE.unpack_from(buf, start)
-            if size < 0 or size > self._max_bytes:
+            if size < 0 or size > self.max_bytes:
                 self._start = self._end = 0
                 self._end_stream(CloseConnection(
                     f"request of {size} bytes is outside 0..socket.request.max.bytes="
-                    f"{self._max_bytes}"
+                    f"{self.max_bytes}"
                 ))
                 return
             body = start + _SIZE.size

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 def _fsync_all(segments: list[Segment]) -> None:
     for seg in segments:
         if not seg.deleted:
-            seg.fsync()
+            seg.fsync(indexes=False)  # an fsync per file: the indexes wait for shutdown
 
 
 @dataclass(frozen=True, slots=True)

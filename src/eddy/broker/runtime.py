@@ -41,7 +41,12 @@ async def serve(config: BrokerConfig, ready_line: bool = True) -> None:
         served.port, served.host, served.port, config.data_dir, topics,
     )
     if node.admin is not None:
-        log.info("admin on %s (/metrics, /health/live, /health/ready)", node.admin.url)
+        log.info("admin on %s (web console /, /metrics, /health/live, /health/ready)",
+                 node.admin.url)
+    for more in node.more_servers:
+        log.info("Kafka listener %s (%s) on %s:%d (advertised %s:%d)", more.listener.name,
+                 more.listener.protocol, more.listener.host or "*", more.port,
+                 more.node.host, more.node.port)
     if node.registry is not None:
         log.info("schema registry on %s (state in topic _schemas)", node.registry.url)
     if node.mesh is not None:
@@ -57,6 +62,11 @@ async def serve(config: BrokerConfig, ready_line: bool = True) -> None:
             print(f"EDDY_ADMIN url={node.admin.url}", flush=True)
         if node.registry is not None:
             print(f"EDDY_REGISTRY url={node.registry.url}", flush=True)
+        if config.listeners is not None:  # each listener (the first is EDDY_READY's)
+            for one in (node.server, *node.more_servers):
+                print(f"EDDY_LISTENER name={one.listener.name} protocol="
+                      f"{one.listener.protocol} kafka={one.node.host}:{one.node.port}",
+                      flush=True)
     await stop.wait()
     log.info("shutting down")
     await stop_node(node)

@@ -40,6 +40,8 @@ class ResponseWriter:
         self._transport = transport
         self._drain = drain
         sock = transport.get_extra_info("socket")
+        if transport.get_extra_info("ssl_object") is not None:
+            use_sendfile = False  # bytes written to the socket would bypass TLS
         self._sock_fd = sock.fileno() if (use_sendfile and sock is not None) else -1
         self.sendfile_bytes = 0
 

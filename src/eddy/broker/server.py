@@ -29,6 +29,7 @@ from eddy.broker.handlers import (
     producer_id,
     quorum,
     reassignments,
+    sasl,
     transactions,
     users,
 )
@@ -48,6 +49,15 @@ from eddy.protocol.codec import (
     supported_version,
 )
 from eddy.protocol.errors import CloseConnection, KafkaError
+from eddy.security.listeners import ListenerSpec
+from eddy.security.sasl import SaslFailure
+from eddy.security.session import (
+    MAX_UNAUTHENTICATED_BYTES,
+    SaslService,
+    Session,
+    SessionClosed,
+)
+from eddy.security.tls import TlsContext, principal_of
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +70,8 @@ class ServedNode(Protocol):
     """What the listener needs of the node it serves (a Broker, or a gateway)."""
 
     config: BrokerConfig
+    host: str  # what clients are told to connect to
+    port: int
 
     def set_advertised_port(self, port: int) -> None: ...
 
@@ -108,7 +120,13 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.DELETE_ACLS: acls.delete_acls,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: users.describe_user_scram_credentials,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: users.alter_user_scram_credentials,
+    ApiKey.SASL_HANDSHAKE: sasl.sasl_handshake,
+    ApiKey.SASL_AUTHENTICATE: sasl.sasl_authenticate,
 }
+#: what a SASL listener serves before authentication (Kafka's rule; anything else closes)
+BEFORE_AUTH = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+#: the session of connections that need no authentication (callers without a listener)
+_OPEN = Session("PLAINTEXT", "", None)
 
 class KafkaServer:
     """The Kafka listener: admits connections within max.connections and
@@ -117,10 +135,22 @@ class KafkaServer:
     memory by all connections together come from one pool (queued.max.request.bytes)."""
 
     def __init__(self, node: ServedNode, handlers: Mapping[ApiKey, NodeHandler] | None = None,
-                 versions: Mapping[ApiKey, VersionRange] | None = None) -> None:
+                 versions: Mapping[ApiKey, VersionRange] | None = None,
+                 listener: ListenerSpec | None = None, tls: TlsContext | None = None,
+                 sasl: SaslService | None = None) -> None:
         """`handlers` (default: the broker's HANDLERS) get `node` and the request;
-        `versions` (default: SUPPORTED) are the API versions served, each with a handler."""
+        `versions` (default: SUPPORTED) are the API versions served, each with a handler.
+        `listener` (default: the config's first) says where and how: TLS listeners need
+        `tls`, SASL listeners `sasl`."""
         self.node = node
+        self.listener = listener if listener is not None else node.config.listener_specs[0]
+        if self.listener.tls and tls is None:
+            raise ValueError(f"listener {self.listener.name} uses TLS: no TLS context given")
+        if self.listener.sasl and sasl is None:
+            raise ValueError(f"listener {self.listener.name} uses SASL: no SASL service given")
+        self.tls = tls if self.listener.tls else None
+        self.sasl = sasl if self.listener.sasl else None
+        self.port = 0
         self.handlers: Mapping[ApiKey, NodeHandler] = handlers if handlers is not None else HANDLERS
         self.versions = versions if versions is not None else SUPPORTED
         config = node.config
@@ -146,20 +176,27 @@ class KafkaServer:
     async def start(self) -> int:
         tune_malloc()  # requests of ~1 MB come and go: keep their pages (see allocator.py)
         config = self.node.config
-        host, port = config.listen_address
-        max_bytes = config.socket_request_max_bytes
+        host, port = self.listener.host, self.listener.port
+        if self.sasl is not None:  # before authentication a frame may be no larger
+            max_bytes = min(config.socket_request_max_bytes, MAX_UNAUTHENTICATED_BYTES)
+        else:
+            max_bytes = config.socket_request_max_bytes
         self.limits = ConnectionLimits(
             config.max_connections, config.max_connections_per_ip,
             resolve_overrides(config.connection_overrides),
         )
         loop = asyncio.get_running_loop()
         pool = self.pool
+        tls = None if self.tls is None else self.tls.context
         self._server = await loop.create_server(
-            lambda: Connection(self, max_bytes, pool), host, port, reuse_address=True,
-            backlog=1024,
+            lambda: Connection(self, max_bytes, pool, half_close=tls is None), host or None,
+            port, reuse_address=True,
+            backlog=1024, ssl=tls, ssl_handshake_timeout=10.0 if tls is not None else None,
         )
         bound_port: int = self._server.sockets[0].getsockname()[1]
-        self.node.set_advertised_port(bound_port)
+        self.port = bound_port
+        if self.listener.advertised_port is None:
+            self.node.set_advertised_port(bound_port)
         self._sweeper = loop.create_task(self._sweep_forever())
         return bound_port
 
@@ -200,6 +237,8 @@ class KafkaServer:
             await self._serve(conn, transport)
         except ConnectionError as exc:
             log.debug("connection from %s closed by the client: %s", peer, exc)
+        except SessionClosed as exc:  # already logged once, by the SASL service
+            log.debug("closing connection from %s: %s", peer, exc)
         except CloseConnection as exc:
             log.warning("closing connection from %s: %s", peer, exc)
         except asyncio.CancelledError:
@@ -217,10 +256,26 @@ class KafkaServer:
     async def _serve(self, conn: Connection, transport: asyncio.Transport) -> None:
         """Requests answered in order (as Kafka does per connection); consecutive Produces
         overlap (see ``pipeline``)."""
-        out = ResponseWriter(transport, conn.drain, self.node.config.sendfile)
+        # sendfile would write around TLS: TLS listeners read the file ranges instead
+        out = ResponseWriter(transport, conn.drain,
+                             self.node.config.sendfile and self.tls is None)
         host = f"/{conn.peer_ip}" if conn.peer_ip else ""
-        await serve_pipelined(conn, lambda frame: self.dispatch(frame, host), out.send,
-                              transport.close)
+        principal = principal_of(transport) if self.tls is not None else None
+        session = Session(self.listener.name, conn.peer_ip, self.sasl,
+                          principal or "User:ANONYMOUS")
+        send = out.send
+        if self.sasl is not None:
+            async def send(chunks: list[Sized]) -> None:
+                await out.send(chunks)
+                if session.close_reason is not None:
+                    raise SessionClosed(session.close_reason)
+                if session.authenticated:
+                    conn.max_bytes = self.node.config.socket_request_max_bytes
+        try:
+            await serve_pipelined(conn, lambda frame: self.dispatch(frame, host, session),
+                                  send, transport.close)
+        finally:
+            session.cancel_timer()
         conn.busy = False
 
     async def _sweep_forever(self) -> None:
@@ -231,6 +286,8 @@ class KafkaServer:
         while True:
             await asyncio.sleep(period)
             self.sweep(loop.time())
+            if self.tls is not None:  # changed PEM files: new connections get them
+                self.tls.maybe_reload(loop.time())
 
     def sweep(self, now: float) -> None:
         """Close the connections that are idle too long or too slow sending a request."""
@@ -252,7 +309,34 @@ class KafkaServer:
             if conn.transport is not None:
                 conn.transport.abort()
 
-    async def dispatch(self, frame: bytes, client_host: str = "") -> list[Sized] | None:
+    async def _unauthenticated(self, frame: bytes, session: Session) -> list[Sized] | None:
+        """A frame on a connection not (or no longer) authenticated: a raw token after a
+        v0 handshake, or one of BEFORE_AUTH; anything else closes the connection."""
+        if session.legacy_tokens and session.exchange is not None:
+            try:
+                return [await sasl.legacy_token(session, frame)]
+            except SaslFailure as exc:
+                raise CloseConnection(str(exc)) from None
+        try:
+            raw = peek_header(frame)
+        except MalformedRequest as exc:
+            raise CloseConnection(str(exc)) from None
+        if raw.api_key not in BEFORE_AUTH:
+            name = ApiKey(raw.api_key).name if raw.api_key in ApiKey._value2member_map_ else (
+                f"API key {raw.api_key}")
+            if session.was_authenticated:
+                raise CloseConnection(
+                    f"{name} after the SASL session of {session.principal} ended "
+                    f"(connections.max.reauth.ms): the client did not re-authenticate")
+            raise CloseConnection(f"{name} before SASL authentication")
+        return None
+
+    async def dispatch(self, frame: bytes, client_host: str = "",
+                       session: Session = _OPEN) -> list[Sized] | None:
+        if not session.authenticated:  # the one per-request check of who the client is
+            early = await self._unauthenticated(frame, session)
+            if early is not None:
+                return early
         try:
             raw = peek_header(frame)
         except MalformedRequest as exc:
@@ -272,7 +356,7 @@ class KafkaServer:
         start = perf_counter()
         try:
             try:
-                request = decode_request(frame, key, raw.api_version, client_host)
+                request = decode_request(frame, key, raw.api_version, client_host, session)
             except MalformedRequest as exc:
                 raise CloseConnection(str(exc)) from None
             body = await self.handlers[key](self.node, request)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import sys
@@ -111,6 +112,20 @@ def check_cmd(file: FileArg, output: OutputOpt = None) -> None:
         raise typer.Exit(1)
 
 
+#: what running a pipeline needs beyond the broker (the `connect` extra)
+SPARK_MODULES = ("pyspark", "pyarrow", "pandas")
+
+
+def _need_spark(command: str) -> None:
+    """A clear error when the `connect` extra is not installed (a broker-only install)."""
+    missing = [m for m in SPARK_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CliError(
+            f"eddy connect {command} runs pipelines on Apache Spark, and {', '.join(missing)} "
+            "is not installed here: add Eddy's connect extra, pip install 'eddy[connect]' "
+            "(./scripts/setup installs it), or EXTRAS=connect ./scripts/setup")
+
+
 def _spark(master: str | None, conf: list[str] | None, pipeline: Any) -> Any:
     from eddy.connect.spark import make_session
 
@@ -131,6 +146,7 @@ def discover(file: FileArg, master: MasterOpt = None, conf: ConfOpt = None,
              sample: Annotated[int, typer.Option(help="records sampled")] = 100,
              output: OutputOpt = None) -> None:
     """The source's streams and schema, and what parse_json would infer (starts Spark)."""
+    _need_spark("discover")
     from eddy.connect import sources
     from eddy.connect.batch import INTERNAL_COLUMNS
     from eddy.connect.transforms import compile_plan, infer_json_schema
@@ -177,8 +193,10 @@ def run_cmd(
 
     A restart with the same checkpoint resumes after the last completed batch.
     """
+    _need_spark("run")
     from eddy.connect.progress import ProgressView
     from eddy.connect.runtime import PipelineError, run
+    from eddy.connect.status_reporter import StatusReporter
 
     p = _load(file)
     if available_now:
@@ -187,14 +205,28 @@ def run_cmd(
                         stream=sys.stderr)
     spark = _spark(master, conf, p)
     view = ProgressView(p.name)
+    reporter = StatusReporter.for_pipeline(p)  # to the topic _eddy_pipelines of its Eddy
+
+    def progress(query: Any, prepared: Any) -> None:
+        snap = view.update(query, prepared)
+        if snap is not None and reporter is not None:
+            reporter.report(snap)
+
     typer.echo(f"pipeline {p.name}: running on {spark.sparkContext.master}, "
                f"checkpoint {p.checkpoint_dir()}", err=True)
+    ended = "failed"
     try:
-        prepared = run(spark, p, on_progress=view.update, max_seconds=max_seconds)
+        prepared = run(spark, p, on_progress=progress, max_seconds=max_seconds)
+        ended = "stopped"
     except PipelineError as exc:
+        if reporter is not None:
+            reporter.close("failed", str(exc))
+            reporter = None
         raise CliError(str(exc)) from None
     finally:
         view.close()
+        if reporter is not None:
+            reporter.close(ended)
     dead = sum(b.dead_letters for b in prepared.batches)
     typer.echo(f"pipeline {p.name}: stopped after {view.total_rows} record(s), "
                f"{dead} dead letter(s)", err=True)

@@ -76,8 +76,10 @@ def _register() -> None:
     from eddy.cli.consume import consume
     from eddy.cli.group import group_app
     from eddy.cli.produce import produce
+    from eddy.cli.registry import registry_app
     from eddy.cli.topic import topic_app
     from eddy.cli.txn import txn_app
+    from eddy.cli.user import user_app
 
     app.add_typer(topic_app, name="topic")
     app.command("produce")(produce)
@@ -87,6 +89,8 @@ def _register() -> None:
     app.add_typer(config_app, name="config")
     app.add_typer(txn_app, name="txn")
     app.add_typer(connect_app, name="connect")
+    app.add_typer(registry_app, name="registry")
+    app.add_typer(user_app, name="user")
 
 
 _register()

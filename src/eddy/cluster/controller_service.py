@@ -41,6 +41,7 @@ from eddy.cluster.controller_rpc import (
     decode_request,
     reply,
 )
+from eddy.cluster.liveness_probe import refuses
 from eddy.cluster.machine import MetadataMachine
 from eddy.cluster.metadata import (
     ApplyResult,
@@ -84,6 +85,8 @@ from eddy.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
+#: how long a probe of a silent broker's Kafka listener may take to connect
+PROBE_TIMEOUT_S = 0.25
 #: the most producer-id blocks skipped for one floor (64 M ids)
 MAX_SKIP_BLOCKS = 64
 #: the commands a broker may ask the controller to propose as they are
@@ -139,6 +142,7 @@ class ControllerService:
         self._ticker: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._adding: asyncio.Future[None] | None = None
+        self._probing: dict[int, asyncio.Task[None]] = {}
         #: who leads the offsets group (heartbeat replies tell brokers outside it)
         self.offsets_leader: Callable[[], int] = lambda: -1
         #: where ImportOffsetsRequest goes (the node's offsets group, when it runs one)
@@ -161,7 +165,7 @@ class ControllerService:
 
     async def stop(self) -> None:
         self.controller.stop()
-        for task in (self._activating, self._ticker):
+        for task in (self._activating, self._ticker, *self._probing.values()):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -215,7 +219,9 @@ class ControllerService:
             if not self.controller.active:
                 continue
             try:
-                commands = self.controller.tick(self.clock.now_ms())
+                now = self.clock.now_ms()
+                commands = self.controller.tick(now)
+                self._start_probes(now)
                 for node_id, ids in self.controller.take_gc_orders().items():
                     self._gc_orders[node_id] = tuple(ids)
                 if commands:
@@ -225,9 +231,36 @@ class ControllerService:
             except Exception:
                 log.exception("controller tick failed; carrying on")
 
+    def _start_probes(self, now_ms: int) -> None:
+        for broker in self.controller.to_probe(now_ms):
+            if broker.node_id in self._probing:
+                continue
+            task = asyncio.get_running_loop().create_task(
+                self._probe(broker.node_id, broker.epoch, broker.kafka_addr),
+                name=f"probe-broker-{broker.node_id}")
+            self._probing[broker.node_id] = task
+            task.add_done_callback(self._probe_done)
+
+    def _probe_done(self, task: asyncio.Task[None]) -> None:
+        for node_id, running in list(self._probing.items()):
+            if running is task:
+                del self._probing[node_id]
+
+    async def _probe(self, node_id: int, epoch: int, addr: str) -> None:
+        """A silent broker's Kafka listener: refused means the process is gone (move its
+        leaderships now)."""
+        if not await refuses(addr, PROBE_TIMEOUT_S) or not self.controller.active:
+            return
+        commands = self.controller.on_unreachable(node_id, epoch, self.clock.now_ms())
+        if commands:
+            log.info("broker %d (epoch %d) stopped heartbeating and nothing listens at %s "
+                     "any more: its leaderships move now (fenced when its session ends)",
+                     node_id, epoch, addr)
+            await self.propose_all(commands)
+
     def _sleep_s(self, interval_ms: int) -> float:
-        wake = self.controller.next_wakeup() if self.controller.active else None
         now = self.clock.now_ms()
+        wake = self.controller.next_wakeup(now) if self.controller.active else None
         ms = interval_ms if wake is None else max(1, min(interval_ms, wake - now))
         return ms / 1000
 

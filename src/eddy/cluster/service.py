@@ -32,6 +32,7 @@ from eddy.cluster.controller_rpc import (
     reply,
 )
 from eddy.cluster.controller_service import ControllerService
+from eddy.cluster.leader_watch import RaftLeaderWatch
 from eddy.cluster.machine import MetadataMachine
 from eddy.cluster.metadata import MetadataState
 from eddy.cluster.multiraft import MultiRaft
@@ -61,6 +62,7 @@ def controller_config(config: BrokerConfig) -> ControllerConfig:
     return ControllerConfig(
         heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
         session_timeout_ms=config.broker_session_timeout_ms,
+        probe_after_ms=config.broker_liveness_probe_ms,
         default_partitions=config.num_partitions,
         default_replication_factor=config.default_replication_factor,
     )
@@ -138,6 +140,9 @@ class ClusterService:
             self.offsets = await self.multi.add_group(OFFSETS_GROUP, initial,
                                                       self.offsets_machine)
         self.mesh.raft_admin = ClusterRaftAdmin(self.multi)
+        watch = RaftLeaderWatch(self.node_id, self._drivers, self._kafka_addr,
+                                self.config.broker_liveness_probe_ms, self.clock.now_ms)
+        self.spawn(watch.run(), "raft-leader-watch")
         self.controller = ControllerService(self.node_id, self.metadata, self.machine,
                                             controller_config(self.config), self.clock,
                                             self.local_cluster_id)
@@ -154,6 +159,13 @@ class ClusterService:
                                      on_delete)
             self.agent.registered = self.registered
             self.agent.start()
+
+    def _drivers(self) -> list[RaftDriver]:
+        return [d for d in (self.metadata, self.offsets) if d is not None]
+
+    def _kafka_addr(self, node_id: int) -> str | None:
+        broker = self.state.broker(node_id)
+        return None if broker is None else broker.kafka_addr
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """A task of this node's cluster work, cancelled by ``stop``."""

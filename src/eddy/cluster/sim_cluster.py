@@ -106,6 +106,9 @@ class ClusterSim(RaftSim):
             "oc_timeout": lambda p: self.oworkload.timeout(*p),
         }
         super().__init__(seed, self.ccfg.sim_config(), trace, stop_at)
+        #: the controller's probes find crashed nodes (else every probe times out)
+        self.probes = self.ccfg.probes if self.ccfg.probes is not None \
+            else self.rng.random() < 0.5
 
     def _offsets_group(self) -> OffsetsGroup:
         """The offsets group (a hook: a test's subclass breaks it)."""
@@ -350,8 +353,8 @@ class ClusterSim(RaftSim):
         if meta.controller.active:
             self.mcheck.check_fencing(self.now, meta.active_term, meta.state)
         interval = self.ccfg.controller.heartbeat_interval_ms
-        wake = meta.controller.next_wakeup() if meta.controller.active else None
         now = self.node_now(i)
+        wake = meta.controller.next_wakeup(now) if meta.controller.active else None
         delay = interval if wake is None else max(1, min(interval, wake - now))
         self.schedule(delay, "ctick", (i, inc, gen))
 

@@ -54,6 +54,9 @@ class ClusterConfig:
     #: that change: a coordinator cut off from the quorum answers stale offsets)
     offsets_fetch_barrier: bool = True
     fence_grace_ms: int = 5_000
+    #: the controller's probes of silent brokers find crashed ones (None: drawn per seed;
+    #: False: every probe times out, as across a network partition)
+    probes: bool | None = None
     controller: ControllerConfig = field(default_factory=_controller_config)
     raft: RaftConfig = field(default_factory=RaftConfig)
 

@@ -114,8 +114,16 @@ def tick(sim: ClusterSim, i: int) -> None:
     meta = sim.meta[i]
     if not meta.controller.active or meta.busy or sim.quiet:
         return
+    now = sim.node_now(i)
     try:
-        commands = meta.controller.tick(sim.node_now(i))
+        commands = meta.controller.tick(now)
+        # ControllerService's probes: a crashed node refuses connections; a cut link drops
+        # them (no answer: nothing changes)
+        for broker in meta.controller.to_probe(now):
+            target = sim.nodes.get(broker.node_id)
+            if sim.probes and target is not None and target.raft is None and not (
+                    {(i, broker.node_id), (broker.node_id, i)} & sim.blocked):
+                commands += meta.controller.on_unreachable(broker.node_id, broker.epoch, now)
     except ControllerError:
         return
     meta.controller.take_gc_orders()

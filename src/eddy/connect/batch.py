@@ -24,8 +24,11 @@ SOURCE_TOPIC_COLUMN = "_eddy_src_topic"
 SOURCE_PARTITION_COLUMN = "_eddy_src_partition"
 SOURCE_OFFSET_COLUMN = "_eddy_src_offset"
 SOURCE_COLUMNS = (SOURCE_TOPIC_COLUMN, SOURCE_PARTITION_COLUMN, SOURCE_OFFSET_COLUMN)
+#: the source record's W3C `traceparent` header, if it had one: the eddy sink writes it on
+#: the records it produces from the row, so a pipeline continues its records' traces
+TRACE_COLUMN = "_eddy_traceparent"
 INTERNAL_COLUMNS = (ERROR_COLUMN, POSITION_COLUMN, TOPIC_COLUMN, RAW_KEY_COLUMN, RAW_VALUE_COLUMN,
-                    *SOURCE_COLUMNS)
+                    TRACE_COLUMN, *SOURCE_COLUMNS)
 
 
 @dataclass(frozen=True)

@@ -99,8 +99,11 @@ class KafkaDeadLetters:
 
         columns = set(df.columns)
         payload_cols = [c for c in df.columns if c not in INTERNAL_COLUMNS]
-        if "value" in columns:
+        if "value" in columns and df.schema["value"].dataType.typeName() in (
+                "binary", "string"):
             value = F.col("value").cast("binary")
+        elif "value" in columns:  # a decoded (struct) value
+            value = F.to_json(F.col("value")).cast("binary")
         else:
             value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in payload_cols])).cast("binary")
         if RAW_VALUE_COLUMN in columns:
@@ -109,7 +112,8 @@ class KafkaDeadLetters:
             known = (F.col(POSITION_COLUMN).isNotNull() if POSITION_COLUMN in columns
                      else F.lit(True))
             value = F.when(known, F.col(RAW_VALUE_COLUMN)).otherwise(value)
-        key = F.col("key").cast("binary") if "key" in columns else F.lit(None).cast("binary")
+        key = (F.col("key").cast("binary") if "key" in columns and df.schema["key"].dataType
+               .typeName() in ("binary", "string") else F.lit(None).cast("binary"))
         if RAW_KEY_COLUMN in columns:
             key = F.col(RAW_KEY_COLUMN)
         reason = F.lit(error) if error is not None else F.coalesce(

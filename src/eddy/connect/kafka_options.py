@@ -5,6 +5,8 @@ Spark users already know `format("kafka")`: the same option names work here
 `startingOffsets`, `endingOffsets`, `startingTimestamp`,
 `startingOffsetsByTimestamp`, `maxOffsetsPerTrigger`, `includeHeaders`, and
 `kafka.<property>` for the client). Offsets travel as `{"topic/partition": offset}`.
+Schema-aware keys and values (`value.format`, `schema.registry.url`, ...): see
+eddy.connect.value_decoding (reading) and eddy.connect.value_encoding (writing).
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from eddy.connect.options import OptionError, int_option
+from eddy.connect.value_decoding import FieldDecoding, parse_decodings
+from eddy.connect.value_encoding import FieldEncoding, parse_encodings
 
 EARLIEST = -2
 LATEST = -1
@@ -117,9 +121,19 @@ class KafkaOptions:
     reader: str = "auto"
     #: a pipeline's leading parse_json done in the reader (eddy.connect.json_columns)
     parse_value_schema: str | None = None
+    #: keys/values decoded through a schema registry (eddy.connect.value_decoding)
+    decodings: tuple[FieldDecoding, ...] = ()
+    #: writing: keys/values encoded through a schema registry (value_encoding)
+    encodings: tuple[FieldEncoding, ...] = ()
+    #: writing: (bootstrap, topic) for rows that cannot be encoded (else the task fails),
+    #: and the pipeline and stage their headers name
+    dead_letter: tuple[str, str] | None = None
+    pipeline: str = ""
+    stage: str = "eddy"
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], *, reading: bool = True) -> KafkaOptions:
+    def parse(cls, options: Mapping[str, str], *, reading: bool = True,
+              writing: bool = False) -> KafkaOptions:
         opts = {str(k): str(v) for k, v in options.items()}
         lower = {k.lower(): v for k, v in opts.items()}
         bootstrap = lower.get("kafka.bootstrap.servers")
@@ -178,6 +192,17 @@ class KafkaOptions:
         if reader not in READERS:
             raise OptionError(f"option reader: expected one of {', '.join(READERS)}, "
                               f"got {reader!r}")
+        topics = subscribe or tuple(sorted({t for t, _ in assign}))
+        decodings = () if writing else parse_decodings(lower, topics)
+        encodings = parse_encodings(lower, lower.get("topic")) if writing else ()
+        dead_bootstrap = lower.get("dead_letter_bootstrap") or None
+        dead_topic = lower.get("dead_letter_topic") or None
+        if (dead_bootstrap is None) != (dead_topic is None):
+            raise OptionError("options dead_letter_bootstrap and dead_letter_topic go "
+                              "together")
+        parse_value = _parse_value_schema(lower)
+        if parse_value is not None and any(d.field == "value" for d in decodings):
+            raise OptionError("options parseValueSchema and value.format exclude each other")
         return cls(
             bootstrap=bootstrap,
             subscribe=subscribe,
@@ -192,16 +217,38 @@ class KafkaOptions:
             client=client,
             topic=lower.get("topic"),
             reader=reader,
-            parse_value_schema=_parse_value_schema(lower),
+            parse_value_schema=parse_value,
+            decodings=decodings,
+            encodings=encodings,
+            dead_letter=(dead_bootstrap, dead_topic) if dead_bootstrap and dead_topic
+            else None,
+            pipeline=lower.get("pipeline", ""),
+            stage=lower.get("stage") or "eddy",
         )
 
     def schema(self) -> str:
+        """The rows' DDL (with decodings: call on resolved() options)."""
         out = f"{BASE_SCHEMA}, {HEADERS_FIELD}" if self.include_headers else BASE_SCHEMA
         if self.parse_value_schema is not None:
             from eddy.connect.json_columns import column_ddl
 
             out += ", " + column_ddl(self.parse_value_schema)
+        if self.decodings:
+            from eddy.connect.value_decoding import extra_ddl, field_ddl
+
+            for dec in self.decodings:
+                out = out.replace(f"{dec.field} BINARY", f"{dec.field} {field_ddl(dec)}", 1)
+            out += ", " + extra_ddl(self.decodings)
         return out
+
+    def resolved(self) -> KafkaOptions:
+        """These options with the decodings' reader schemas fetched from the registry
+        (driver side, once per query: the tasks decode into that schema)."""
+        if not self.decodings or all(d.reader is not None for d in self.decodings):
+            return self
+        from eddy.connect.value_decoding import resolve
+
+        return replace(self, decodings=tuple(resolve(d) for d in self.decodings))
 
     def client_config(self, **overrides: Any) -> dict[str, Any]:
         conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "log_level": 3}

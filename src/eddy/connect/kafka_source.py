@@ -9,7 +9,10 @@ appear later (new topics matching a pattern, added partitions) start at earliest
 Writing: rows with `value` (and optionally `key`, `topic`, `partition`, `headers`)
 are produced with librdkafka's murmur2 partitioner (Java-compatible key hashing);
 the `topic` option overrides a `topic` column, as in Spark's Kafka sink.
-Delivery is at-least-once: a task fails if any record is not acknowledged.
+Delivery is at-least-once: a task fails if any record is not acknowledged. Keys and
+values may be encoded through a schema registry (`value.format`...: see
+eddy.connect.value_encoding); rows that cannot be encoded go to the dead-letter topic
+(`dead_letter_bootstrap`, `dead_letter_topic`), or fail the task without one.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import gc
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -45,6 +48,8 @@ from eddy.connect.kafka_options import (
     split_key,
 )
 from eddy.connect.options import OptionError
+from eddy.connect.value_encoders import DeadLetters, encode_batch
+from eddy.connect.value_encoding import prepare_all
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +200,13 @@ def read_range(options: KafkaOptions, rng: TopicRange,
     (eddy.connect.fetcher) unless the options ask for librdkafka or it cannot serve
     the range, in which case librdkafka reads what is left."""
     batches = _read_range(options, rng, clock)
+    if options.decodings:
+        from eddy.connect.value_decoding import decode_batch, output_schema
+
+        decoded = output_schema(_arrow_schema(options.include_headers), options.decodings)
+        for batch in batches:
+            yield decode_batch(batch, options.decodings, decoded)
+        return
     if options.parse_value_schema is None:
         yield from batches
         return
@@ -318,19 +330,40 @@ class EddyDataSource(DataSource):
         return "eddy"
 
     def schema(self) -> str:
-        return KafkaOptions.parse(self.options, reading=False).schema()
+        return KafkaOptions.parse(self.options, reading=False).resolved().schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return EddyBatchReader(KafkaOptions.parse(self.options))
+        return EddyBatchReader(_resolved(KafkaOptions.parse(self.options), schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return EddyStreamReader(KafkaOptions.parse(self.options))
+        return EddyStreamReader(_resolved(KafkaOptions.parse(self.options), schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> EddyWriter:
-        return EddyWriter(KafkaOptions.parse(self.options, reading=False), schema)
+        return EddyWriter(KafkaOptions.parse(self.options, reading=False, writing=True),
+                          schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> EddyStreamWriter:
-        return EddyStreamWriter(KafkaOptions.parse(self.options, reading=False), schema)
+        return EddyStreamWriter(KafkaOptions.parse(self.options, reading=False,
+                                                   writing=True), schema)
+
+
+def _resolved(options: KafkaOptions, schema: StructType) -> KafkaOptions:
+    """The options with their reader schemas fetched, checked against the schema Spark
+    planned with (fetched a moment earlier by schema(): a new version registered in
+    between would make the tasks' batches disagree with the plan)."""
+    if not options.decodings:
+        return options
+    from eddy.connect.value_decoding import field_ddl
+
+    resolved = options.resolved()
+    planned = {f.name: f.dataType.simpleString() for f in schema.fields}
+    for dec in resolved.decodings:
+        if dec.field in planned and planned[dec.field] != field_ddl(dec):
+            raise OptionError(
+                f"option {dec.field}.format: subject {dec.subject!r} got a new version "
+                f"({dec.reader.version if dec.reader else '?'}) while the query was being "
+                "planned: start it again")
+    return resolved
 
 
 class EddyBatchReader(DataSourceReader):
@@ -436,13 +469,18 @@ def write_batches(options: KafkaOptions, batches: Iterator[Any]) -> Produced:
 
     count = 0
     produce = producer.produce
+    dead = (DeadLetters(options.dead_letter, options.pipeline, options.stage)
+            if options.encodings else None)
     for batch in batches:
         names = batch.schema.names
         if "value" not in names:
             raise OptionError("writing to eddy needs a `value` column")
         n = batch.num_rows
-        values = _bytes_column(batch.column(names.index("value")))
-        keys = (_bytes_column(batch.column(names.index("key"))) if "key" in names
+        encoded = encode_batch(batch, options.encodings) if options.encodings else None
+        values = (encoded.columns["value"] if encoded and "value" in encoded.columns
+                  else _bytes_column(batch.column(names.index("value"))))
+        keys = (encoded.columns["key"] if encoded and "key" in encoded.columns
+                else _bytes_column(batch.column(names.index("key"))) if "key" in names
                 else [None] * n)
         if options.topic:
             topics = [options.topic] * n
@@ -455,6 +493,10 @@ def write_batches(options: KafkaOptions, batches: Iterator[Any]) -> Produced:
         headers = (batch.column(names.index("headers")).to_pylist()
                    if "headers" in names else [None] * n)
         for i in range(n):
+            if encoded is not None and encoded.errors[i] is not None:
+                assert dead is not None
+                dead.add(batch, encoded, i)
+                continue
             topic = topics[i]
             if not topic:
                 raise OptionError(f"row {count + i}: the topic is null or empty")
@@ -477,6 +519,9 @@ def write_batches(options: KafkaOptions, batches: Iterator[Any]) -> Produced:
             f"{len(failures) or remaining} record(s) not delivered: "
             f"{failures[0] if failures else 'timed out'}"
         )
+    if dead is not None:
+        dead.flush()
+        count -= dead.count
     return Produced(count)
 
 
@@ -490,11 +535,13 @@ def _bytes_column(column: Any) -> list[bytes | None]:
 
 class EddyWriter(DataSourceArrowWriter):
     def __init__(self, options: KafkaOptions, schema: StructType) -> None:
-        self.options = options
         if "value" not in schema.fieldNames():
             raise OptionError("writing to eddy needs a `value` column")
         if not options.topic and "topic" not in schema.fieldNames():
             raise OptionError("writing to eddy needs the `topic` option or a `topic` column")
+        if options.encodings:  # on the driver: derive, register, fetch the ids
+            options = replace(options, encodings=prepare_all(options.encodings, schema))
+        self.options = options
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         return write_batches(self.options, iterator)
@@ -502,8 +549,7 @@ class EddyWriter(DataSourceArrowWriter):
 
 class EddyStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: KafkaOptions, schema: StructType) -> None:
-        EddyWriter(options, schema)  # same checks
-        self.options = options
+        self.options = EddyWriter(options, schema).options  # same checks, prepared
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         return write_batches(self.options, iterator)

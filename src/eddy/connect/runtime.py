@@ -26,11 +26,12 @@ from eddy.connect.batch import (
     ERROR_COLUMN,
     INTERNAL_COLUMNS,
     TOPIC_COLUMN,
+    TRACE_COLUMN,
     BatchInfo,
     observed,
 )
 from eddy.connect.deadletter import KafkaDeadLetters
-from eddy.connect.sinks import build_sinks
+from eddy.connect.sinks import build_sinks, for_sink
 from eddy.connect.spec import ParseJson, Pipeline, Route, Sql
 from eddy.connect.transforms import Plan, TransformError, compile_plan, infer_json_schema
 from eddy.log.state_files import atomic_write
@@ -155,10 +156,11 @@ def process_batch(prepared: Prepared, sinks: list[Any], dead: KafkaDeadLetters |
 
 
 def _output_columns(pipeline: Pipeline, out: DataFrame) -> list[str]:
-    """The columns sinks get: internal ones dropped (a routed topic kept), quoted."""
+    """The columns sinks get: internal ones dropped (a routed topic and the source record's
+    trace kept: for_sink gives the trace to the eddy sink alone), quoted."""
     routed = any(isinstance(t, Route) for t in pipeline.transforms)
     return [f"`{c}`" for c in out.columns if c not in INTERNAL_COLUMNS or (
-        routed and c == TOPIC_COLUMN)]
+        routed and c == TOPIC_COLUMN) or c == TRACE_COLUMN]
 
 
 def good_rows(pipeline: Pipeline, out: DataFrame) -> DataFrame:
@@ -185,7 +187,8 @@ def _single_pass(prepared: Prepared, sink: Any, dead: KafkaDeadLetters | None,
         seen = observed(watch)
         return None if seen is None else int(seen["rows"]) - int(seen["bad"])
 
-    sink.write(good_rows(prepared.pipeline, watched), replace(info, rows=good_count))
+    sink.write(for_sink(sink, good_rows(prepared.pipeline, watched)),
+               replace(info, rows=good_count))
     metrics = observed(watch)
     # no metrics: the sink had nothing to do (a replay of a committed batch): look again
     if metrics is None or metrics["bad"]:
@@ -202,7 +205,7 @@ def _cached(prepared: Prepared, sinks: list[Any], dead: KafkaDeadLetters | None,
     try:
         good = good_rows(prepared.pipeline, out)
         for sink in sinks:
-            sink.write(good, info)
+            sink.write(for_sink(sink, good), info)
         _send_dead_letters(dead, [out.filter(F.col(ERROR_COLUMN).isNotNull()), *aside],
                            info, stats)
     finally:

@@ -14,8 +14,10 @@ from eddy.connect.batch import (
     SOURCE_OFFSET_COLUMN,
     SOURCE_PARTITION_COLUMN,
     SOURCE_TOPIC_COLUMN,
+    TRACE_COLUMN,
 )
 from eddy.connect.spec import DatagenSource, EddySource, FilesSource, Pipeline
+from eddy.connect.value_decoding import DECODE_ERROR_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -44,6 +46,18 @@ def eddy_options(src: EddySource) -> dict[str, str]:
         opts["maxOffsetsPerTrigger"] = str(src.max_records_per_batch)
     for key, value in src.options.items():
         opts[key if key.startswith("kafka.") else f"kafka.{key}"] = value
+    if src.schema_registry_url is not None:
+        opts["schema.registry.url"] = src.schema_registry_url
+    for name in ("value", "key"):
+        fmt = getattr(src, f"{name}_format")
+        if fmt != "bytes":
+            opts[f"{name}.format"] = fmt
+            subject, version = getattr(src, f"{name}_subject"), getattr(
+                src, f"{name}_schema_version")
+            if subject is not None:
+                opts[f"{name}.subject"] = subject
+            if version is not None:
+                opts[f"{name}.schema.version"] = str(version)
     return opts
 
 
@@ -69,10 +83,21 @@ def with_internal_columns(df: DataFrame, pipeline: Pipeline) -> DataFrame:
         added = {SOURCE_TOPIC_COLUMN: F.col("topic"), SOURCE_PARTITION_COLUMN: F.col("partition"),
                  SOURCE_OFFSET_COLUMN: F.col("offset"), RAW_KEY_COLUMN: F.col("key"),
                  RAW_VALUE_COLUMN: F.col("value")}
+        # decoded keys/values: the reader keeps the original bytes in the raw columns
+        for raw in (RAW_KEY_COLUMN, RAW_VALUE_COLUMN):
+            if raw in df.columns:
+                del added[raw]
+        if "headers" in df.columns:  # the trace the record belongs to, for the eddy sink
+            added[TRACE_COLUMN] = F.expr(
+                "CAST(try_element_at(filter(headers, h -> h.key = 'traceparent'), 1).value "
+                "AS STRING)")
     elif isinstance(src, DatagenSource) and "id" in df.columns:
         added = {SOURCE_OFFSET_COLUMN: F.col("id").cast("bigint")}
     if POSITION_COLUMN not in df.columns:  # the files source sets it (the file's path)
         added[POSITION_COLUMN] = F.lit(None).cast("string")
+    if DECODE_ERROR_COLUMN in df.columns:  # undecodable records: dead letters
+        added[ERROR_COLUMN] = F.concat(F.lit("source: "), F.col(DECODE_ERROR_COLUMN))
+        return df.withColumns(added).drop(DECODE_ERROR_COLUMN)
     added[ERROR_COLUMN] = F.lit(None).cast("string")
     return df.withColumns(added)
 

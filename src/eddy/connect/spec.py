@@ -103,8 +103,45 @@ class EddySource(_Model):
     options: dict[str, str] = Field(
         default_factory=dict, description="extra Kafka client properties (kafka.* or librdkafka)"
     )
+    value_format: Literal["avro", "json", "protobuf", "bytes"] = Field(
+        "bytes", alias="value.format",
+        description="avro, json or protobuf: values in Confluent's wire format, decoded into "
+                    "a struct "
+                    "column `value` through the schema registry (bad ones: dead letters)")
+    key_format: Literal["avro", "json", "protobuf", "bytes"] = Field(
+        "bytes", alias="key.format", description="as value.format, for the key")
+    schema_registry_url: str | None = Field(
+        None, alias="schema.registry.url", description="the schema registry (http://HOST:PORT)")
+    value_subject: str | None = Field(
+        None, alias="value.subject", description="reader schema subject (default <topic>-value)")
+    value_schema_version: int | None = Field(
+        None, ge=1, alias="value.schema.version",
+        description="pin the reader schema version (default: latest at start)")
+    key_subject: str | None = Field(
+        None, alias="key.subject", description="reader schema subject (default <topic>-key)")
+    key_schema_version: int | None = Field(
+        None, ge=1, alias="key.schema.version", description="pin the key's reader schema")
 
     _bootstrap = field_validator("bootstrap")(_check_bootstrap)
+
+    @field_validator("schema_registry_url")
+    @classmethod
+    def _registry_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _registry_for_formats(self) -> EddySource:
+        for name, fmt in (("value.format", self.value_format), ("key.format", self.key_format)):
+            if fmt != "bytes" and self.schema_registry_url is None:
+                raise ValueError(f"{name}: {fmt} needs schema.registry.url")
+        for name, subject in (("value", self.value_subject), ("key", self.key_subject)):
+            if subject is None and getattr(self, f"{name}_format") != "bytes" and (
+                    self.topic is None and len(self.topics or ()) != 1):
+                raise ValueError(f"{name}.format: set {name}.subject (the default subject "
+                                 f"<topic>-{name} needs a single `topic`)")
+        return self
 
     @field_validator("topic")
     @classmethod
@@ -301,10 +338,66 @@ class EddySink(_Model):
     bootstrap: str | None = Field(None, description="default: the source's bootstrap")
     topic: str | None = Field(None, description="target topic (default: the routed topic)")
     options: dict[str, str] = Field(default_factory=dict, description="producer properties")
+    value_format: Literal["avro", "json", "protobuf", "bytes"] = Field(
+        "bytes", alias="value.format",
+        description="avro, json or protobuf: the `value` column (or, without one, the "
+                    "row) in Confluent's wire format, with a schema derived from its type "
+                    "and registered; bytes: `value` as it is, else the row as JSON")
+    key_format: Literal["avro", "json", "protobuf", "bytes"] = Field(
+        "bytes", alias="key.format", description="as value.format, for the `key` column")
+    schema_registry_url: str | None = Field(
+        None, alias="schema.registry.url", description="the schema registry (http://HOST:PORT)")
+    value_subject: str | None = Field(
+        None, alias="value.subject", description="subject (default <topic>-value)")
+    key_subject: str | None = Field(
+        None, alias="key.subject", description="subject (default <topic>-key)")
+    auto_register_schemas: bool = Field(
+        True, alias="auto.register.schemas",
+        description="register the derived schema (false: it must be registered already)")
+    use_latest_version: bool = Field(
+        False, alias="use.latest.version",
+        description="write with the subject's latest schema instead of the derived one")
 
     _bootstrap = field_validator("bootstrap")(
         lambda v: None if v is None else _check_bootstrap(v)
     )
+
+    @field_validator("schema_registry_url")
+    @classmethod
+    def _registry_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _registry_for_formats(self) -> EddySink:
+        for name in ("value", "key"):
+            fmt = getattr(self, f"{name}_format")
+            if fmt == "bytes":
+                continue
+            if self.schema_registry_url is None:
+                raise ValueError(f"{name}.format: {fmt} needs schema.registry.url")
+            if self.topic is None and getattr(self, f"{name}_subject") is None:
+                raise ValueError(f"{name}.format: set {name}.subject (the default subject "
+                                 f"<topic>-{name} needs `topic`)")
+        return self
+
+    def write_options(self) -> dict[str, str]:
+        """The schema-aware options of `format("eddy")` this sink sets."""
+        opts: dict[str, str] = {}
+        for name in ("value", "key"):
+            fmt = getattr(self, f"{name}_format")
+            if fmt != "bytes":
+                opts[f"{name}.format"] = fmt
+                subject = getattr(self, f"{name}_subject")
+                if subject is not None:
+                    opts[f"{name}.subject"] = subject
+        if opts:
+            assert self.schema_registry_url is not None
+            opts["schema.registry.url"] = self.schema_registry_url
+            opts["auto.register.schemas"] = str(self.auto_register_schemas).lower()
+            opts["use.latest.version"] = str(self.use_latest_version).lower()
+        return opts
 
     @field_validator("topic")
     @classmethod

@@ -218,7 +218,7 @@ async def _init_producer_id(broker: Broker, op: ops.InitProducerIdOp
     return ops.InitProducerIdOpResp(int(resp.error_code), resp.producer_id, resp.producer_epoch)
 
 
-# ---- group ops (the handlers emit seed 003's rafka.broker.group.* spans) ------------------
+# ---- group ops (the handlers emit seed 003's eddy.broker.group.* spans) ------------------
 
 
 async def _join_group(broker: Broker, op: ops.JoinGroupOp) -> ops.JoinGroupOpResp:
@@ -294,7 +294,7 @@ async def _offset_commit(broker: Broker, op: ops.OffsetCommitOp) -> ops.OffsetCo
     epochs = list(op.leader_epochs) + [-1] * (len(op.offsets) - len(op.leader_epochs))
     entries = [OffsetCommitEntry(topic=t, partition=p, offset=o, leader_epoch=e, metadata=m)
                for (t, p, o, m), e in zip(op.offsets, epochs, strict=False)]
-    with span("rafka.broker.group.offset-commit", group_id=op.group_id):
+    with span("eddy.broker.group.offset-commit", group_id=op.group_id):
         r = await svc.call(svc.coordinator.commit_offsets(
             svc.now(), group_id=op.group_id, offsets=entries, generation_id=op.generation_id,
             member_id=op.member_id, group_instance_id=op.group_instance_id,

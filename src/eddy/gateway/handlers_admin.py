@@ -240,7 +240,7 @@ async def find_coordinator(gw: Gateway, req: Request) -> Any:
     body = req.body
     mod = response_module(ApiKey.FIND_COORDINATOR, req.api_version)
     key_type = getattr(body, "key_type", GROUP)
-    with span("rafka.gateway.kafka.find-coordinator", key_type=key_type):
+    with span("eddy.gateway.kafka.find-coordinator", key_type=key_type):
         if req.api_version >= 4:
             answers = []
             for key in body.coordinator_keys:

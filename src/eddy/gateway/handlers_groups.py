@@ -47,7 +47,7 @@ async def join_group(gw: Gateway, req: Request) -> Any:
         tuple((p.name, p.metadata) for p in b.protocols), rebalance_ms,
         getattr(b, "group_instance_id", None), getattr(b, "reason", None),
         req.client_id or "", req.client_host, v)
-    with span("rafka.gateway.group.join", group_id=b.group_id):
+    with span("eddy.gateway.group.join", group_id=b.group_id):
         # a join waits for the rebalance, up to the rebalance timeout
         r = await _to_owner(gw, b.group_id, ops.KAFKA_OP_JOIN_GROUP, op,
                             max(rebalance_ms, session_ms) + gw.request_timeout_ms)
@@ -76,7 +76,7 @@ async def sync_group(gw: Gateway, req: Request) -> Any:
         tuple((a.member_id, a.assignment) for a in b.assignments),
         getattr(b, "group_instance_id", None), getattr(b, "protocol_type", None),
         getattr(b, "protocol_name", None), req.api_version)
-    with span("rafka.gateway.group.sync", group_id=b.group_id):
+    with span("eddy.gateway.group.sync", group_id=b.group_id):
         # followers wait for the leader's assignment
         r = await _to_owner(gw, b.group_id, ops.KAFKA_OP_SYNC_GROUP, op,
                             2 * gw.request_timeout_ms)
@@ -93,7 +93,7 @@ async def heartbeat(gw: Gateway, req: Request) -> Any:
     b = req.body
     op = ops.HeartbeatOp(b.group_id, b.member_id, b.generation_id,
                          getattr(b, "group_instance_id", None), req.api_version)
-    with span("rafka.gateway.group.heartbeat", group_id=b.group_id):
+    with span("eddy.gateway.group.heartbeat", group_id=b.group_id):
         r = await _to_owner(gw, b.group_id, ops.KAFKA_OP_HEARTBEAT, op, gw.request_timeout_ms)
     code = r if isinstance(r, ErrorCode) else as_code(r.error_code)
     mod = response_module(ApiKey.HEARTBEAT, req.api_version)
@@ -108,7 +108,7 @@ async def leave_group(gw: Gateway, req: Request) -> Any:
                                                     for m in b.members), v)
     else:
         op = ops.LeaveGroupOp(b.group_id, b.member_id, (), v)
-    with span("rafka.gateway.group.leave", group_id=b.group_id):
+    with span("eddy.gateway.group.leave", group_id=b.group_id):
         r = await _to_owner(gw, b.group_id, ops.KAFKA_OP_LEAVE_GROUP, op,
                             gw.request_timeout_ms)
     mod = response_module(ApiKey.LEAVE_GROUP, v)
@@ -145,7 +145,7 @@ async def offset_commit(gw: Gateway, req: Request) -> Any:
         b.generation_id_or_member_epoch, b.member_id, getattr(b, "group_instance_id", None),
         _ms(retention) if retention is not None else -1,
         tuple(getattr(p, "committed_leader_epoch", -1) for _, p in wanted), req.api_version)
-    with span("rafka.gateway.group.offset-commit", group_id=b.group_id):
+    with span("eddy.gateway.group.offset-commit", group_id=b.group_id):
         r = await _to_owner(gw, b.group_id, ops.KAFKA_OP_OFFSET_COMMIT, op,
                             gw.request_timeout_ms)
     codes: dict[tuple[str, int], ErrorCode] = {}
@@ -177,7 +177,7 @@ async def _fetch_offsets(gw: Gateway, group_id: str, topics: Any, require_stable
     partitions = () if topics is None else tuple(
         (t.name, p) for t in topics for p in t.partition_indexes)
     op = ops.OffsetFetchOp(group_id, partitions, require_stable, version)
-    with span("rafka.gateway.group.offset-fetch", group_id=group_id):
+    with span("eddy.gateway.group.offset-fetch", group_id=group_id):
         r: ops.OffsetFetchOpResp | ErrorCode = await _to_owner(
             gw, group_id, ops.KAFKA_OP_OFFSET_FETCH, op, gw.request_timeout_ms)
     return r

@@ -142,12 +142,15 @@ class Segment:
         self.time_index.sync_file()
         self.needs_repair = False
 
-    def fsync(self) -> None:
-        """fsync the files written since their last fsync."""
+    def fsync(self, indexes: bool = True) -> None:
+        """fsync the files written since their last fsync; with ``indexes`` False only the
+        log (what acknowledgements need: indexes are derived data, and a start after an
+        unclean shutdown checks them against the log, rebuilding what does not fit)."""
         size = self.size  # read first: what is on disk once the fsync returns
         self._log.fsync()
-        self.index.fsync()
-        self.time_index.fsync()
+        if indexes:
+            self.index.fsync()
+            self.time_index.fsync()
         if _FSYNC_LOG:  # tests (power cut): "path length" of every log fsynced
             with open(_FSYNC_LOG, "a") as f:
                 f.write(f"{self.log_path} {size}\n")

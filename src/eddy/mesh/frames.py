@@ -33,6 +33,7 @@ TAG_CONTROL_RPC = 0x04  # control: request/response
 TAG_RAFT = 0x05  # control: Raft messages (RaftMessage, uni streams)
 TAG_CONTROLLER = 0x06  # control: brokers' requests to the controller (request/response)
 TAG_TXN_MARKERS = 0x07  # control: transaction markers for a partition's leader (req/resp)
+TAG_REGISTRY = 0x08  # control: schema registry writes for the _schemas leader (req/resp)
 TAG_PING = 0x10  # data: Ping / Pong / Hello (PingFrame)
 TAG_KAFKA_OP = 0x11  # data: KafkaOp carrier
 TAG_EXTENSION_FIRST = 0x80

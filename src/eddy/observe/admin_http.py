@@ -6,8 +6,8 @@ aiohttp and the node's event loop:
 - ``GET /health/live``: 200 ``{"status": "live"}`` while the process serves;
 - ``GET /health/ready``: 200 ``{"status": "ready", "checks": {...}}`` once the node may take
   clients' requests, else 503 ``{"status": "not ready", "missing": {check: why}, ...}``;
-- any other path 404, another method on a known path 405 (JSON bodies). ``/`` stays free
-  for the web console.
+- ``/`` and ``/console/...``: the web console (``eddy.observe.console``);
+- any other path 404, another method on a known path 405 (JSON bodies).
 
 Readiness (``readiness``): the broker's logs are recovered (``Broker.load``, which runs
 before any listener starts, so a listening node has them) and, on a cluster (metadata in
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from eddy.http.listener import HttpListener
+from eddy.observe.console import mount as mount_console
 from eddy.observe.metrics import wants_openmetrics
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ class AdminServer(HttpListener):
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/health/live", self._live)
         app.router.add_get("/health/ready", self._ready)
+        self.console = mount_console(app, node, readiness)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         broker = self.node.broker

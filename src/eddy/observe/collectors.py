@@ -140,6 +140,12 @@ class CountersCollector:
         txns.add_metric(["commit"], c.txn_commits)
         txns.add_metric(["abort"], c.txn_aborts)
         yield txns
+        yield _per_topic("eddy_isr_shrinks_total",
+                         "ISR changes committed for partitions led here that removed a "
+                         "replica", c.isr_shrinks)
+        yield _per_topic("eddy_isr_expands_total",
+                         "ISR changes committed for partitions led here that added a replica",
+                         c.isr_expands)
         yield _per_label("eddy_cdc_events_total", CounterMetricFamily,
                          "Change events delivered by CDC connectors", "connector", c.cdc_events)
         yield _per_label("eddy_cdc_lag_milliseconds", GaugeMetricFamily,

@@ -28,12 +28,14 @@ class HotCounters:
     ``appended[topic]`` is ``[records, bytes]`` appended by producers; ``received``/``sent``
     are record bytes per topic in Produce requests and Fetch responses; per API key,
     ``requests`` (count), ``request_seconds`` (sum) and ``request_buckets`` (a count per
-    latency bucket, not cumulative; the last one is +Inf).
+    latency bucket, not cumulative; the last one is +Inf). ``isr_shrinks``/``isr_expands``
+    count, per topic, the committed ISR changes of partitions led here that removed/added
+    members (Kafka's IsrShrinksPerSec/IsrExpandsPerSec as counters).
     """
 
-    __slots__ = ("appended", "cdc_events", "cdc_lag_ms", "rebalances", "received",
-                 "request_buckets", "request_seconds", "requests", "sent", "txn_aborts",
-                 "txn_commits")
+    __slots__ = ("appended", "cdc_events", "cdc_lag_ms", "isr_expands", "isr_shrinks",
+                 "rebalances", "received", "request_buckets", "request_seconds", "requests",
+                 "sent", "txn_aborts", "txn_commits")
 
     enabled = True
 
@@ -51,6 +53,8 @@ class HotCounters:
         self.txn_aborts = 0
         self.cdc_events: dict[str, int] = {}
         self.cdc_lag_ms: dict[str, float] = {}
+        self.isr_shrinks: dict[str, int] = {}
+        self.isr_expands: dict[str, int] = {}
 
     # ---- the hot path --------------------------------------------------------------------
 
@@ -100,6 +104,16 @@ class HotCounters:
         if lag_ms is not None:
             self.cdc_lag_ms[connector] = lag_ms
 
+    def isr_changed(self, topic: str, before: Iterable[int], after: Iterable[int]) -> None:
+        """A partition of ``topic`` led here had its committed ISR go from ``before`` to
+        ``after`` (the leader staying the same): a shrink if a member left, an expand if one
+        joined (one change may be both); one count per change, as Kafka marks them."""
+        old, new = set(before), set(after)
+        if old - new:
+            self.isr_shrinks[topic] = self.isr_shrinks.get(topic, 0) + 1
+        if new - old:
+            self.isr_expands[topic] = self.isr_expands.get(topic, 0) + 1
+
 
 class NullCounters(HotCounters):
     """Counters that count nothing (``metrics.enable=false``): every call returns at once."""
@@ -127,4 +141,7 @@ class NullCounters(HotCounters):
         pass
 
     def cdc_event(self, connector: str, events: int, lag_ms: float | None = None) -> None:
+        pass
+
+    def isr_changed(self, topic: str, before: Iterable[int], after: Iterable[int]) -> None:
         pass

@@ -12,7 +12,9 @@ Metrics (labels in braces):
   appended by producers), ``eddy_produce_bytes_total{topic}``,
   ``eddy_fetch_bytes_total{topic}``, ``eddy_requests_total{api}``,
   ``eddy_group_rebalances_total``, ``eddy_transactions_total{result}``,
-  ``eddy_cdc_events_total{connector}``;
+  ``eddy_cdc_events_total{connector}``, ``eddy_isr_shrinks_total{topic}`` and
+  ``eddy_isr_expands_total{topic}`` (committed ISR changes of partitions led here: Kafka's
+  IsrShrinksPerSec/IsrExpandsPerSec as counters);
 - histogram: ``eddy_request_duration_seconds{api}`` (0.1 ms .. 10 s);
 - gauges read at scrape time: ``eddy_consumer_lag_records{group,topic,partition}``,
   ``eddy_consumer_lag_seconds{group,topic}``, ``eddy_log_size_bytes{topic,partition}``,
@@ -21,6 +23,9 @@ Metrics (labels in braces):
   is_leader{group}``, ``eddy_raft_follower_lag_entries{group,follower}``,
   ``eddy_connections_active{listener}``, ``eddy_request_pool_bytes_used|limit{listener}``,
   ``eddy_request_pool_waiting{listener}``, ``eddy_cdc_lag_milliseconds{connector}``;
+- pipelines' reports (topic ``_eddy_pipelines``, see ``pipeline_status.py``):
+  ``eddy_pipeline_up|rows_per_second|lag_records{pipeline}`` gauges and
+  ``eddy_pipeline_rows_total|dead_letters_total{pipeline}`` counters;
 - prometheus_client's process (``process_*``) and platform (``python_info``) collectors.
 
 With ``metrics.enable=false`` the hot-path counters count nothing (``NullCounters``); the
@@ -45,6 +50,7 @@ from eddy.observe.collectors import (
     StateSource,
 )
 from eddy.observe.counters import HotCounters, NullCounters
+from eddy.observe.pipeline_status import PipelineCollector, PipelineSource, PipelineStatusView
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
@@ -63,6 +69,8 @@ METRIC_TYPES: dict[str, str] = {
     "eddy_group_rebalances_total": "counter",
     "eddy_transactions_total": "counter",
     "eddy_cdc_events_total": "counter",
+    "eddy_isr_shrinks_total": "counter",
+    "eddy_isr_expands_total": "counter",
     "eddy_cdc_lag_milliseconds": "gauge",
     "eddy_connections_active": "gauge",
     "eddy_request_pool_bytes_used": "gauge",
@@ -80,6 +88,11 @@ METRIC_TYPES: dict[str, str] = {
     "eddy_raft_applied_index": "gauge",
     "eddy_raft_is_leader": "gauge",
     "eddy_raft_follower_lag_entries": "gauge",
+    "eddy_pipeline_up": "gauge",
+    "eddy_pipeline_rows_per_second": "gauge",
+    "eddy_pipeline_lag_records": "gauge",
+    "eddy_pipeline_rows": "counter",
+    "eddy_pipeline_dead_letters": "counter",
 }
 
 
@@ -87,16 +100,20 @@ class BrokerMetrics:
     """The metrics of one broker: ``counts`` for the hot paths, ``render()`` for scrapes."""
 
     def __init__(self, source: StateSource, *, enabled: bool = True,
-                 process: bool = True) -> None:
+                 process: bool = True, pipelines: PipelineSource | None = None) -> None:
         """``source``: the broker's state, read at scrape time; ``enabled`` False: the
         hot-path counters count nothing; ``process``: add the process_* and platform
-        collectors (they read /proc of this process)."""
+        collectors (they read /proc of this process); ``pipelines``: the pipelines'
+        reports (none: the families are there, empty)."""
         self.registry = CollectorRegistry(auto_describe=False)
         self.counts: HotCounters = HotCounters() if enabled else NullCounters()
         self.listeners = ListenersCollector()
         self.registry.register(CountersCollector(self.counts))
         self.registry.register(self.listeners)
         self.registry.register(StateCollector(source))
+        #: pipelines' reports (topic _eddy_pipelines), for a broker's metrics and console
+        self.pipelines = pipelines
+        self.registry.register(PipelineCollector(pipelines))
         if process:
             ProcessCollector(registry=self.registry)
             PlatformCollector(registry=self.registry)
@@ -105,7 +122,8 @@ class BrokerMetrics:
     def for_broker(cls, broker: Broker) -> BrokerMetrics:
         from eddy.observe.broker_state import BrokerState
 
-        return cls(BrokerState(broker), enabled=broker.config.metrics_enable)
+        return cls(BrokerState(broker), enabled=broker.config.metrics_enable,
+                   pipelines=PipelineStatusView(broker))
 
     @property
     def enabled(self) -> bool:

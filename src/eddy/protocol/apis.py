@@ -20,6 +20,7 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -30,6 +31,7 @@ class ApiKey(IntEnum):
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
     TXN_OFFSET_COMMIT = 28
+    SASL_AUTHENTICATE = 36
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -107,6 +109,8 @@ SUPPORTED: dict[ApiKey, VersionRange] = {
     ApiKey.DELETE_ACLS: VersionRange(1, 3),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: VersionRange(0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: VersionRange(0, 0),
+    ApiKey.SASL_HANDSHAKE: VersionRange(0, 1),
+    ApiKey.SASL_AUTHENTICATE: VersionRange(0, 2),
 }
 
 #: First flexible (compact, tagged-field) version of each API, from Apache Kafka's specs.
@@ -154,6 +158,8 @@ FIRST_FLEXIBLE: dict[ApiKey, int] = {
     ApiKey.DELETE_ACLS: 2,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
+    ApiKey.SASL_HANDSHAKE: 99,
+    ApiKey.SASL_AUTHENTICATE: 2,
 }
 
 

@@ -42,6 +42,7 @@ class Request:
     client_id: str | None
     body: Any
     client_host: str = ""
+    session: Any = None  # the connection's eddy.security.session.Session (who the client is)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +100,7 @@ def _read_header(frame: bytes, flexible: bool) -> tuple[str | None, int]:
 
 
 def decode_request(
-    frame: bytes, api_key: ApiKey, version: int, client_host: str = ""
+    frame: bytes, api_key: ApiKey, version: int, client_host: str = "", session: Any = None
 ) -> Request:
     """Decode a request of a supported API and version (checked by the caller)."""
     raw = peek_header(frame)
@@ -119,7 +120,7 @@ def decode_request(
         ) from None
     # Bytes after the body are ignored, as Kafka does: librdkafka 2.x sends a 4-byte
     # null where Metadata v12 has a 1-byte one (its issue #5049).
-    return Request(api_key, version, raw.correlation_id, client_id, body, client_host)
+    return Request(api_key, version, raw.correlation_id, client_id, body, client_host, session)
 
 
 def response_class(api_key: ApiKey, version: int) -> Any:

@@ -9,12 +9,13 @@ shapes, nothing added). Parameters are read as JAX-RS reads them: booleans with
 answers Jersey's ``404 HTTP 404 Not Found``, as Confluent does. Subjects arrive URL-decoded in
 ``match_info`` (``a%2Fb`` is the subject ``a/b``).
 
-Paths Confluent has but this registry does not serve (``/schemas/guids``,
-``/subjects/{subject}/metadata``, ``/associations``, ``/dek-registry``, ...) answer 404 like
-any unknown path: confluent-kafka's default subject-name strategy relies on that 404.
+Paths Confluent has but this registry does not serve (``/associations``, ``/dek-registry``,
+...) answer 404 like any unknown path: confluent-kafka's default subject-name strategy relies
+on that 404.
 
-The service parses schemas and checks compatibility inline, on the event loop (its parser
-keeps a bounded cache, so a known schema is parsed once).
+The service parses schemas and checks compatibility inline for small schemas and in a worker
+thread for large ones (``schema_ops.off_loop``), so a large schema being registered does not
+stall the other requests; its parser keeps a bounded cache, so a known schema is parsed once.
 """
 
 from __future__ import annotations
@@ -127,6 +128,15 @@ class RegistryApi:
         return text_response(await self.service.schema_text_by_id(
             schema_id, query_str(request, "subject"), query_str(request, "format")))
 
+    async def schema_by_guid(self, request: web.Request) -> web.Response:
+        """GET /schemas/guids/{guid}?format."""
+        return json_response(await self.service.schema_by_guid(
+            request.match_info["guid"], query_str(request, "format")))
+
+    async def ids_for_guid(self, request: web.Request) -> web.Response:
+        """GET /schemas/guids/{guid}/ids."""
+        return json_response(await self.service.ids_for_guid(request.match_info["guid"]))
+
     async def subjects_for_id(self, request: web.Request) -> web.Response:
         """GET /schemas/ids/{id}/subjects?subject&deleted."""
         schema_id = self._schema_id(request)
@@ -192,6 +202,15 @@ class RegistryApi:
         return json_response(await self.service.delete_version(
             self._subject(request), request.match_info["version"],
             query_bool(request, "permanent")))
+
+    async def latest_with_metadata(self, request: web.Request) -> web.Response:
+        """GET /subjects/{subject}/metadata?key&value&deleted&format: ``key`` and ``value``
+        repeat, paired in order (an unpaired one is ignored, as Confluent pairs them)."""
+        keys, values = request.query.getall("key", []), request.query.getall("value", [])
+        wanted = dict(zip(keys, values, strict=False))
+        return json_response(await self.service.latest_with_metadata(
+            self._subject(request), wanted, query_bool(request, "deleted"),
+            query_str(request, "format")))
 
     async def referenced_by(self, request: web.Request) -> web.Response:
         """GET /subjects/{subject}/versions/{version}/referencedby?offset&limit."""
@@ -271,10 +290,13 @@ class RegistryApi:
             ("GET", ids + "/schema", self.schema_text_by_id),
             ("GET", ids + "/subjects", self.subjects_for_id),
             ("GET", ids + "/versions", self.versions_for_id),
+            ("GET", "/schemas/guids/{guid}", self.schema_by_guid),
+            ("GET", "/schemas/guids/{guid}/ids", self.ids_for_guid),
             ("GET", "/subjects", self.list_subjects),
             ("POST", subject, self.lookup),
             ("DELETE", subject, self.delete_subject),
             ("GET", subject + "/versions", self.list_versions),
+            ("GET", subject + "/metadata", self.latest_with_metadata),
             ("POST", subject + "/versions", self.register),
             ("GET", version, self.get_version),
             ("DELETE", version, self.delete_version),

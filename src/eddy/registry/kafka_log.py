@@ -421,6 +421,7 @@ class _DeliveryFailed(Exception):
 def _high_watermark(consumer: Consumer, partition: TopicPartition, timeout_s: float) -> int:
     """(executor) The partition's end offset; a store error when Kafka does not answer."""
     try:
+        consumer.list_topics(partition.topic, timeout=timeout_s)  # its leader now (failover)
         _, high = consumer.get_watermark_offsets(partition, timeout=timeout_s, cached=False)
     except KafkaException as exc:
         error: KafkaError = exc.args[0]

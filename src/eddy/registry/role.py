@@ -5,6 +5,10 @@ The listener is bound at once (its port is known for the startup line); the log 
 the background, retried until the topic serves (a cluster still forming, say). Until the
 topic is replayed, every route but ``GET /`` answers 50004, as a Confluent registry that
 knows no leader yet.
+
+On a cluster (a broker with ``broker.cluster`` and the mesh), writes run on the node leading
+``_schemas`` and the others forward theirs to it (``forwarding``); ``write_handler`` answers
+the forwarded writes, registered by the node under ``TAG_REGISTRY``.
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ import logging
 
 from aiohttp import web
 
+from eddy.registry.cluster_route import ClusterRoute
 from eddy.registry.contract import UNKNOWN_LEADER, RegistryError
+from eddy.registry.forwarding import ForwardingService, WriteHandler
 from eddy.registry.http_routes import add_routes
 from eddy.registry.http_server import Handler, RegistryServer
 from eddy.registry.kafka_log import KafkaSchemaLog, SchemaTopicError
-from eddy.registry.service import RegistryService
 from eddy.registry.state import SchemaState
 
 log = logging.getLogger("eddy.registry")
@@ -31,12 +36,15 @@ RETRY_S = (0.5, 15.0)
 class RegistryRole:
     """The running registry of a node."""
 
-    def __init__(self, host: str, port: int, bootstrap: str) -> None:
+    def __init__(self, host: str, port: int, bootstrap: str, *,
+                 route: ClusterRoute | None = None) -> None:
         self.bootstrap = bootstrap
         self.ready = asyncio.Event()
         state = SchemaState()
         self.log = KafkaSchemaLog(bootstrap, state.apply)
-        self.service = RegistryService(self.log, state)
+        self.route = route
+        self.service = ForwardingService(self.log, state, route,
+                                         lambda: self.log.applied_offset)
         self.server = RegistryServer(host, port, self._add_routes)
         self._task: asyncio.Task[None] | None = None
 
@@ -56,6 +64,12 @@ class RegistryRole:
                                 "read yet")
         return await handler(request)
 
+    def write_handler(self) -> WriteHandler | None:
+        """The mesh handler answering writes forwarded to this node (None: no cluster)."""
+        if self.route is None:
+            return None
+        return WriteHandler(self.route, self.service, self.ready.is_set)
+
     async def start(self) -> None:
         """Bind the listener and start reading ``_schemas`` in the background."""
         await self.server.start()
@@ -63,6 +77,8 @@ class RegistryRole:
                                                             name="registry-schemas")
 
     async def _open_log(self, schema_log: KafkaSchemaLog) -> None:
+        if self.route is not None:
+            await self.route.await_brokers()
         delay = RETRY_S[0]
         while True:
             try:
@@ -96,8 +112,10 @@ class RegistryRole:
         await self.log.stop()
 
 
-async def start_registry(host: str, port: int, bootstrap: str) -> RegistryRole:
-    """A node's registry on HOST:PORT (0: any free port), a client of ``bootstrap``."""
-    role = RegistryRole(host, port, bootstrap)
+async def start_registry(host: str, port: int, bootstrap: str, *,
+                         route: ClusterRoute | None = None) -> RegistryRole:
+    """A node's registry on HOST:PORT (0: any free port), a client of ``bootstrap``; its
+    writes through ``route`` (None: outside a cluster, all here)."""
+    role = RegistryRole(host, port, bootstrap, route=route)
     await role.start()
     return role

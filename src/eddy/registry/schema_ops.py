@@ -1,13 +1,22 @@
 """The registry's work on schemas: resolving references against the state, parsing through
 the format modules (with a bounded cache), Confluent's compatibility verdicts and messages per
-level, and the JSON shapes Confluent answers with."""
+level, and the JSON shapes Confluent answers with.
+
+Parsing is CPU work that grows with the text (the Protobuf parser costs about 7 us a
+character): ``off_loop`` runs it in a small pool of worker threads when the texts involved
+pass ``OFFLOAD_CHARS``, so that the event loop keeps serving other requests meanwhile; small
+schemas are parsed inline, which is faster than a thread hop. References are resolved from
+the state on the loop first (``referenced_texts``); what runs in a thread reads no state."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from eddy.registry.contract import RegistryError
 from eddy.registry.formats import AVRO, JSON, PROTOBUF, Incompatibility, InvalidSchema, ParsedSchema
@@ -23,7 +32,35 @@ MAX_RESOLVED_REFERENCES = 1000
 #: the longest piece of a schema text quoted in an error message
 MAX_QUOTED_CHARS = 2000
 
+#: schema texts (with their references) longer than this are parsed in a worker thread
+OFFLOAD_CHARS = 16 * 1024
+#: worker threads for large parses (the GIL lets only one run at a time anyway; two keep a
+#: second request from queueing behind a slow one entirely)
+PARSE_THREADS = 2
+
 CompatFn = Callable[[Any, Any], list[Incompatibility]]
+_T = TypeVar("_T")
+_executor: ThreadPoolExecutor | None = None
+
+
+def _parse_executor() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="registry-parse")
+    return _executor
+
+
+async def off_loop(work: Callable[[], _T], chars: int) -> _T:
+    """``work()``, in a worker thread when ``chars`` (the size of the texts it handles) passes
+    OFFLOAD_CHARS, else inline."""
+    if chars <= OFFLOAD_CHARS:
+        return work()
+    return await asyncio.get_running_loop().run_in_executor(_parse_executor(), work)
+
+
+def check_type(schema_type: str) -> None:
+    """42201 for a schema type the registry does not know."""
+    _format_module(schema_type)
 
 
 def _format_module(schema_type: str) -> tuple[Callable[..., ParsedSchema], CompatFn]:
@@ -65,6 +102,8 @@ class SchemaParser:
         self._state = state
         self._cache: OrderedDict[tuple[Any, ...], ParsedSchema] = OrderedDict()
         self._cache_size = cache_size
+        #: the cache is shared with the worker threads that parse large schemas
+        self._cache_lock = threading.Lock()
 
     def resolve_latest(self, text: str, schema_type: str,
                        refs: tuple[Reference, ...]) -> tuple[Reference, ...]:
@@ -110,13 +149,21 @@ class SchemaParser:
     def parse(self, schema_type: str, text: str, refs: tuple[Reference, ...], *,
               is_new: bool) -> ParsedSchema:
         """The parsed schema; raises RegistryError 42201 when it is not valid."""
-        parse, _ = _format_module(schema_type)
+        _format_module(schema_type)
         texts = self.referenced_texts(text, schema_type, refs)
+        return self.parse_resolved(schema_type, text, refs, texts, is_new=is_new)
+
+    def parse_resolved(self, schema_type: str, text: str, refs: tuple[Reference, ...],
+                       texts: dict[str, str], *, is_new: bool) -> ParsedSchema:
+        """``parse`` with the references' texts already resolved (``referenced_texts``): it
+        reads nothing from the state, so a worker thread may run it."""
         key = (schema_type, text, tuple(texts.items()), is_new)
-        cached = self._cache.get(key)
-        if cached is not None:
-            self._cache.move_to_end(key)
-            return cached
+        with self._cache_lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return cached
+        parse, _ = _format_module(schema_type)
         try:
             if schema_type == AVRO:
                 parsed = parse(text, texts, is_new=is_new)
@@ -127,10 +174,16 @@ class SchemaParser:
         except (ValueError, TypeError, LookupError, RecursionError, AttributeError) as exc:
             log.warning("%s parser failed on a schema: %r", schema_type, exc)
             raise invalid_schema(text, refs, schema_type, str(exc)[:500]) from None
-        self._cache[key] = parsed
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        with self._cache_lock:
+            self._cache[key] = parsed
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
         return parsed
+
+    def is_cached(self, schema_type: str, text: str, texts: dict[str, str], *,
+                  is_new: bool) -> bool:
+        with self._cache_lock:
+            return (schema_type, text, tuple(texts.items()), is_new) in self._cache
 
     def parse_entry(self, entry: VersionEntry) -> ParsedSchema:
         """A stored version parsed as Confluent reads stored schemas (not as new)."""

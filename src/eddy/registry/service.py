@@ -15,6 +15,12 @@ another subject reuses its id; new ids grow from 1 and are never reused; compati
 checked against non-deleted versions only (the latest one, or all for _TRANSITIVE levels);
 a version or subject is soft-deleted before it can be deleted permanently; a version that a
 live schema references cannot be deleted (42206).
+
+Schema texts longer than ``max_schema_chars`` (1 Mi characters by default) are refused with
+42201 before any parsing; large ones are parsed, and checked for compatibility, in a worker
+thread (``service_parse``), so that the event loop keeps answering meanwhile. A schema's GUID
+(``/schemas/guids/{guid}``) is Confluent's MD5 of its content, derived when a record is
+applied (``guid``), not stored.
 """
 
 from __future__ import annotations
@@ -36,18 +42,18 @@ from eddy.registry.contract import (
     SchemaLog,
     SchemaRecord,
 )
-from eddy.registry.formats import ParsedSchema
+from eddy.registry.formats import MAX_SCHEMA_CHARS, ParsedSchema
+from eddy.registry.guid import parse_guid
 from eddy.registry.requests import SchemaRequest, parse_version
 from eddy.registry.schema_ops import (
     SCHEMA_TYPES,
     SchemaParser,
     entity,
-    formatted,
-    incompatibilities,
     incompatible_error,
     schema_string,
 )
 from eddy.registry.service_config import ConfigModeOps, read_only, subject_not_found
+from eddy.registry.service_parse import SchemaParsing
 from eddy.registry.state import SchemaState, VersionEntry
 
 #: the prefix Confluent clients send to mean "every context" (only the default one exists)
@@ -74,12 +80,15 @@ def _reference_exists(entry: VersionEntry) -> RegistryError:
                          f"version={entry.version}}}")
 
 
-class RegistryService(ConfigModeOps):
+class RegistryService(ConfigModeOps, SchemaParsing):
     """Confluent Schema Registry's operations over a SchemaLog and the state it feeds."""
 
     def __init__(self, log: SchemaLog, state: SchemaState, *, default_level: str = "BACKWARD",
-                 default_mode: str = "READWRITE") -> None:
+                 default_mode: str = "READWRITE",
+                 max_schema_chars: int = MAX_SCHEMA_CHARS) -> None:
         self._log = log
+        #: the longest schema text a request may carry (42201 beyond)
+        self.max_schema_chars = max_schema_chars
         self.state = state
         self.default_level = default_level
         self.default_mode = default_mode
@@ -87,18 +96,6 @@ class RegistryService(ConfigModeOps):
         self.parser = SchemaParser(state)
 
     # -- helpers ---------------------------------------------------------------------------------
-
-    def _prepare(self, request: SchemaRequest, normalize: bool,
-                 is_new: bool) -> tuple[ParsedSchema, str, tuple[rec.Reference, ...]]:
-        """Parses a requested schema: (parsed, the text to store and compare, references
-        with "latest" pinned)."""
-        refs = self.parser.resolve_latest(request.schema, request.schema_type,
-                                          request.references)
-        parsed = self.parser.parse(request.schema_type, request.schema, refs, is_new=is_new)
-        if normalize:
-            text = parsed.normalized()
-            parsed = self.parser.parse(request.schema_type, text, refs, is_new=is_new)
-        return parsed, parsed.canonical(), refs
 
     def _matching(self, subject: str, content: tuple[str, str, tuple[rec.Reference, ...]],
                   request: SchemaRequest, include_deleted: bool) -> VersionEntry | None:
@@ -141,17 +138,14 @@ class RegistryService(ConfigModeOps):
         await self._log.sync()
         return self._resolve(subject, version_text, include_deleted)
 
-    def _parsed_versions(self, entries: list[VersionEntry]
-                         ) -> list[tuple[VersionEntry, ParsedSchema]]:
-        return [(entry, self.parser.parse_entry(entry)) for entry in entries]
-
     # -- register and look up --------------------------------------------------------------------
 
     async def register(self, subject: str, request: SchemaRequest, *,
                        normalize: bool = False) -> dict[str, Any]:
         """POST /subjects/{subject}/versions: ``{"id": id}``."""
         normalize = normalize or self.normalize_in_scope(subject)
-        parsed, text, refs = self._prepare(request, normalize, is_new=request.id is None)
+        parsed, text, refs = await self._prepare(request, normalize,
+                                                 is_new=request.id is None)
         content = (request.schema_type, text, refs)
         existing = self._matching(subject, content, request, include_deleted=False)
         if existing is not None and request.id in (None, existing.id):
@@ -180,8 +174,8 @@ class RegistryService(ConfigModeOps):
         every = self.state.versions(subject, include_deleted=True)
         live = [e for e in every if not e.deleted]
         if mode != "IMPORT":
-            messages = incompatibilities(self.level_in_scope(subject), parsed,
-                                         self._parsed_versions(live))
+            messages = await self._incompatibilities(self.level_in_scope(subject), parsed,
+                                                     len(content[1]), live)
             if messages:
                 raise incompatible_error(subject, messages)
         version = request.version or (every[-1].version + 1 if every else 1)
@@ -206,7 +200,7 @@ class RegistryService(ConfigModeOps):
                      deleted: bool = False) -> dict[str, Any]:
         """POST /subjects/{subject}: the version holding this schema, or 40401 / 40403."""
         normalize = normalize or self.normalize_in_scope(subject)
-        _, text, refs = self._prepare(request, normalize, is_new=False)
+        _, text, refs = await self._prepare(request, normalize, is_new=False)
         content = (request.schema_type, text, refs)
         for attempt in range(2):
             found = self._matching(subject, content, request, include_deleted=deleted)
@@ -229,23 +223,45 @@ class RegistryService(ConfigModeOps):
             raise _schema_not_found(schema_id)
         return entry
 
-    def _formatted(self, entry: VersionEntry, fmt: str | None) -> str | None:
-        if not fmt:
-            return None
-        return formatted(self.parser.parse_entry(entry), fmt, entry.schema)
-
     async def schema_by_id(self, schema_id: int, subject: str | None = None,
                            fmt: str | None = None) -> dict[str, Any]:
         """GET /schemas/ids/{id} (``subject`` names a context in Confluent; there is one)."""
         entry = await self._by_id(schema_id)
-        return schema_string(entry, self._formatted(entry, fmt))
+        return schema_string(entry, await self._formatted(entry, fmt))
 
     async def schema_text_by_id(self, schema_id: int, subject: str | None = None,
                                 fmt: str | None = None) -> str:
         """GET /schemas/ids/{id}/schema: the schema text itself."""
         entry = await self._by_id(schema_id)
-        text = self._formatted(entry, fmt)
+        text = await self._formatted(entry, fmt)
         return entry.schema if text is None else text
+
+    async def _by_guid(self, guid_text: str) -> VersionEntry:
+        """The schema with this GUID: of the ids whose versions (deleted ones included) have
+        it, the highest, as Redpanda and Confluent choose; 40403 when none."""
+        guid = parse_guid(guid_text)
+        ids = self.state.ids_for_guid(guid) if guid is not None else []
+        if guid is not None and not ids:
+            await self._log.sync()
+            ids = self.state.ids_for_guid(guid)
+        for schema_id in reversed(ids):
+            for entry in self.state.users_of_id(schema_id):
+                if entry.guid == guid:
+                    return entry
+        raise _schema_not_found()
+
+    async def schema_by_guid(self, guid: str, fmt: str | None = None) -> dict[str, Any]:
+        """GET /schemas/guids/{guid}: the SchemaString of the content with this GUID, with
+        its ``guid``."""
+        entry = await self._by_guid(guid)
+        return {**schema_string(entry, await self._formatted(entry, fmt)), "guid": entry.guid}
+
+    async def ids_for_guid(self, guid_text: str) -> list[dict[str, Any]]:
+        """GET /schemas/guids/{guid}/ids: the highest id with this GUID per context (one
+        context here), ``[]`` when the GUID is unknown or not a GUID."""
+        guid = parse_guid(guid_text)
+        ids = self.state.ids_for_guid(guid) if guid is not None else []
+        return [{"context": ".", "id": ids[-1]}] if ids else []
 
     async def _users(self, schema_id: int, deleted: bool) -> list[VersionEntry]:
         await self._by_id(schema_id)
@@ -320,14 +336,34 @@ class RegistryService(ConfigModeOps):
                           fmt: str | None = None) -> dict[str, Any]:
         """GET /subjects/{subject}/versions/{version}."""
         entry = await self._resolve_synced(subject, version, deleted)
-        return entity(entry, self._formatted(entry, fmt))
+        return entity(entry, await self._formatted(entry, fmt))
 
     async def get_version_schema(self, subject: str, version: str | int,
                                  deleted: bool = False, fmt: str | None = None) -> str:
         """GET /subjects/{subject}/versions/{version}/schema: the schema text itself."""
         entry = await self._resolve_synced(subject, version, deleted)
-        text = self._formatted(entry, fmt)
+        text = await self._formatted(entry, fmt)
         return entry.schema if text is None else text
+
+    async def latest_with_metadata(self, subject: str, wanted: dict[str, str],
+                                   deleted: bool = False, fmt: str | None = None
+                                   ) -> dict[str, Any]:
+        """GET /subjects/{subject}/metadata?key=..&value=..: the latest version whose
+        metadata properties hold every wanted key with its value (deleted versions too when
+        asked; a version without metadata properties never matches); 40401 for an unknown
+        subject, 40403 when no version matches."""
+        if not self.state.has_subject(subject, deleted):
+            await self._log.sync()
+            if not self.state.has_subject(subject, deleted):
+                raise subject_not_found(subject)
+        for entry in reversed(self.state.versions(subject, include_deleted=deleted)):
+            metadata = entry.metadata if isinstance(entry.metadata, dict) else {}
+            properties = metadata.get("properties")
+            if not isinstance(properties, dict):
+                continue  # a version without metadata properties never matches
+            if all(properties.get(k) == v for k, v in wanted.items()):
+                return entity(entry, await self._formatted(entry, fmt))
+        raise _schema_not_found()
 
     async def referenced_by(self, subject: str, version: str | int) -> list[int]:
         """GET /subjects/{subject}/versions/{version}/referencedby: ids, sorted."""
@@ -342,7 +378,7 @@ class RegistryService(ConfigModeOps):
         """POST /compatibility/subjects/{subject}/versions[/{version}]: against one version
         (``latest``: none yet is compatible) or, without a version, as a registration would
         be checked."""
-        parsed, _, _ = self._prepare(request, normalize, is_new=True)
+        parsed, text, _ = await self._prepare(request, normalize, is_new=True)
         level = self.level_in_scope(subject)
         if version is None:
             previous = self.state.versions(subject)
@@ -352,7 +388,7 @@ class RegistryService(ConfigModeOps):
         else:
             previous = [await self._resolve_synced(subject, version)]
             level = level.removesuffix("_TRANSITIVE")
-        messages = incompatibilities(level, parsed, self._parsed_versions(previous))
+        messages = await self._incompatibilities(level, parsed, len(text), previous)
         answer: dict[str, Any] = {"is_compatible": not messages}
         if verbose:
             answer["messages"] = messages

@@ -23,6 +23,7 @@ import logging
 from dataclasses import dataclass, replace
 
 from eddy.registry import records as rec
+from eddy.registry.guid import schema_guid
 from eddy.registry.records import Reference
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ class VersionEntry:
     metadata: rec.Json
     rule_set: rec.Json
     deleted: bool
+    #: Confluent's GUID of the content (schema, references, metadata, rule set)
+    guid: str = ""
 
     @property
     def content(self) -> ContentKey:
@@ -63,6 +66,8 @@ class SchemaState:
         self._mode_keys: dict[str | None, bytes] = {}
         self._by_id: dict[int, dict[SubjectVersion, None]] = {}
         self._by_content: dict[ContentKey, int] = {}
+        #: GUID -> the subject versions (deleted ones included) whose content has it
+        self._by_guid: dict[str, dict[SubjectVersion, None]] = {}
         self._referenced_by: dict[SubjectVersion, set[SubjectVersion]] = {}
         self.configs: dict[str | None, rec.ConfigValue] = {}
         self.modes: dict[str | None, str] = {}
@@ -117,13 +122,15 @@ class SchemaState:
         if (value.subject, value.version) != (key.subject, key.version):
             log.warning("SCHEMA value for %r version %d says %r version %d; the key wins",
                         key.subject, key.version, value.subject, value.version)
+        guid = schema_guid(value.schema, value.references, value.metadata, value.rule_set)
         entry = VersionEntry(key.subject, key.version, value.id, value.schema,
                              value.schema_type.upper(), value.references, value.metadata,
-                             value.rule_set, value.deleted)
+                             value.rule_set, value.deleted, guid)
         self._remove_version(key.subject, key.version)
         self.subjects.setdefault(key.subject, {})[key.version] = entry
         self._schema_keys[(key.subject, key.version)] = raw_key
         self._by_id.setdefault(entry.id, {})[(key.subject, key.version)] = None
+        self._by_guid.setdefault(guid, {})[(key.subject, key.version)] = None
         self._by_content.setdefault(entry.content, entry.id)
         self.max_id = max(self.max_id, entry.id)
         if not entry.deleted:
@@ -142,6 +149,11 @@ class SchemaState:
             users.pop((subject, version), None)
             if not users:
                 del self._by_id[entry.id]
+        same = self._by_guid.get(entry.guid)
+        if same is not None:
+            same.pop((subject, version), None)
+            if not same:
+                del self._by_guid[entry.guid]
         if not entry.deleted:
             self._drop_references(entry)
 
@@ -223,6 +235,11 @@ class SchemaState:
         live = [e for e in users if not e.deleted]
         candidates = live or users
         return candidates[0] if candidates else None
+
+    def ids_for_guid(self, guid: str) -> list[int]:
+        """The ids of the subject versions (deleted ones included) whose content has this
+        GUID, ascending."""
+        return sorted({self.subjects[s][v].id for s, v in self._by_guid.get(guid, {})})
 
     def referenced_by(self, subject: str, version: int) -> list[int]:
         """The ids of the non-deleted schemas that reference this subject version, sorted."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pydantic import SecretStr
+
 from eddy.broker.dynamic_configs import checked, resource_node
 from eddy.cluster.metadata.configs import DYNAMIC_BROKER_CONFIGS
 from eddy.config import TOPIC_DEFAULT_FIELDS, BrokerConfig, kafka_name
@@ -77,9 +79,10 @@ def static_entries(cfg: BrokerConfig, node_id: int, name: str) -> list[dict[str,
         source = STATIC_BROKER_CONFIG if field in cfg.model_fields_set else DEFAULT_CONFIG
         kind = {bool: "boolean", int: "long", str: "string"}.get(type(value), "string")
         raw = str(value).lower() if isinstance(value, bool) else (
-            None if value is None else str(value))
+            None if value is None or isinstance(value, SecretStr) else str(value))
         entries.append(dict(name=kafka_name(field), value=raw, read_only=True, source=source,
-                            sensitive=False, synonyms=[(kafka_name(field), raw, source)],
+                            sensitive=isinstance(value, SecretStr),
+                            synonyms=[(kafka_name(field), raw, source)],
                             kind=kind, doc=info.description or ""))
     return entries
 

@@ -124,10 +124,9 @@ async def handle(broker: Broker, req: Request) -> Any:
                 topics.append(error_entry(mod, name, None, code))
                 continue
         topics.append(topic_entry(state, mod, record))
-    listed = live_brokers(state)
-    if all(n != broker.node_id for n, _, _, _ in listed):  # answering: it is up
-        listed = sorted([*listed, (broker.node_id, broker.host, broker.port,
-                                   broker.config.broker_rack)])
+    # this node as the listener the request came in on tells (answering: it is up)
+    listed = sorted([*(b for b in live_brokers(state) if b[0] != broker.node_id),
+                     (broker.node_id, broker.host, broker.port, broker.config.broker_rack)])
     brokers = tuple(build(mod.MetadataResponseBroker, node_id=n, host=h, port=p, rack=r)
                     for n, h, p, r in listed)
     return build(mod.MetadataResponse, throttle_time=datetime.timedelta(0), brokers=brokers,

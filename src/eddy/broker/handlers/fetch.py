@@ -9,6 +9,7 @@ from typing import Any
 from eddy.broker.broker import Broker
 from eddy.broker.handlers.leader_hints import endpoints, leader_hint
 from eddy.log.partition import FetchSlice, PartitionLog
+from eddy.observe import tracing
 from eddy.protocol.codec import Encoded, Request
 from eddy.protocol.errors import ErrorCode, KafkaError
 from eddy.protocol.fetch_codec import (
@@ -130,6 +131,13 @@ def _read_all(
 
 
 async def handle(broker: Broker, req: Request) -> Any:
+    if not tracing.enabled or replica_id_of(req.body, req.api_version) >= 0:
+        return await _handle(broker, req)  # the hot path (and followers): no span
+    with tracing.fetch_span(req.body, req.api_version):
+        return await _handle(broker, req)
+
+
+async def _handle(broker: Broker, req: Request) -> Any:
     body = req.body
     version = req.api_version
     replica = replica_id_of(body, version)

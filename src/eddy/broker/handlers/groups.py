@@ -45,7 +45,7 @@ async def join_group(broker: Broker, req: Request) -> Any:
     b = req.body
     v = req.api_version
     svc = broker.groups
-    with span("rafka.broker.group.join", group_id=b.group_id) as s:
+    with span("eddy.broker.group.join", group_id=b.group_id) as s:
         session_ms = _ms(b.session_timeout)
         if moved(broker, b.group_id):
             return _join_response(req, JoinGroupResponse(ErrorCode.not_coordinator))
@@ -64,7 +64,7 @@ async def join_group(broker: Broker, req: Request) -> Any:
         )
         r = await svc.call(step)
         if r.error_code == ErrorCode.none:
-            with span("rafka.broker.coordinator.rebalance-complete",
+            with span("eddy.broker.coordinator.rebalance-complete",
                       generation_id=r.generation_id, leader_id=r.leader):
                 pass
         s.set_attribute("error_code", int(r.error_code))
@@ -96,7 +96,7 @@ def _join_response(req: Request, r: JoinGroupResponse) -> Any:
 async def sync_group(broker: Broker, req: Request) -> Any:
     b = req.body
     svc = broker.groups
-    with span("rafka.broker.group.sync", group_id=b.group_id):
+    with span("eddy.broker.group.sync", group_id=b.group_id):
         if moved(broker, b.group_id):
             return _sync_response(req, SyncGroupResponse(ErrorCode.not_coordinator))
         step = svc.coordinator.sync_group(
@@ -123,7 +123,7 @@ def _sync_response(req: Request, r: SyncGroupResponse) -> Any:
 async def heartbeat(broker: Broker, req: Request) -> Any:
     b = req.body
     svc = broker.groups
-    with span("rafka.broker.group.heartbeat", group_id=b.group_id):
+    with span("eddy.broker.group.heartbeat", group_id=b.group_id):
         r = HeartbeatResponse(ErrorCode.not_coordinator) if moved(broker, b.group_id) \
             else await svc.call(svc.coordinator.heartbeat(
             svc.now(), group_id=b.group_id, generation_id=b.generation_id,
@@ -139,7 +139,7 @@ async def leave_group(broker: Broker, req: Request) -> Any:
         members = [(m.member_id, m.group_instance_id) for m in b.members]
     else:
         members = [(b.member_id, None)]
-    with span("rafka.broker.group.leave", group_id=b.group_id):
+    with span("eddy.broker.group.leave", group_id=b.group_id):
         r = LeaveGroupResponse(ErrorCode.not_coordinator) if moved(broker, b.group_id) \
             else await svc.call(svc.coordinator.leave_group(svc.now(), group_id=b.group_id,
                                                             members=members))
@@ -175,7 +175,7 @@ async def offset_commit(broker: Broker, req: Request) -> Any:
                 leader_epoch=getattr(p, "committed_leader_epoch", -1),
                 metadata=p.committed_metadata,
             ))
-    with span("rafka.broker.group.offset-commit", group_id=b.group_id):
+    with span("eddy.broker.group.offset-commit", group_id=b.group_id):
         retention = getattr(b, "retention_time", -1)
         if moved(broker, b.group_id):
             errors = {(t.name, p.partition_index): ErrorCode.not_coordinator
@@ -244,14 +244,14 @@ async def offset_fetch(broker: Broker, req: Request) -> Any:
     if v >= 8:
         groups = []
         for g in b.groups:
-            with span("rafka.broker.group.offset-fetch", group_id=g.group_id):
+            with span("eddy.broker.group.offset-fetch", group_id=g.group_id):
                 code, by_topic = _fetch_group(broker, g.group_id, g.topics, current)
             groups.append(build(
                 mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=code,
                 topics=_fetch_topics(mod.OffsetFetchResponseTopics,
                                      mod.OffsetFetchResponsePartitions, by_topic)))
         return build(mod.OffsetFetchResponse, throttle_time=_NO_TIME, groups=tuple(groups))
-    with span("rafka.broker.group.offset-fetch", group_id=b.group_id):
+    with span("eddy.broker.group.offset-fetch", group_id=b.group_id):
         code, by_topic = _fetch_group(broker, b.group_id, b.topics, current)
     return build(
         mod.OffsetFetchResponse,

@@ -1,4 +1,6 @@
-"""ListOffsets: earliest, latest, max timestamp, and first offset at or after a timestamp."""
+"""ListOffsets: earliest, latest, max timestamp, and first offset at or after a timestamp.
+In a cluster only a partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere, as Kafka):
+a follower's high watermark lags the leader's."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ log = logging.getLogger(__name__)
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
+CONSUMER = -1
+DEBUG_REPLICA = -2
 
 
 def _lookup(plog: PartitionLog, timestamp: int, latest: int) -> tuple[int, int]:
@@ -61,6 +65,10 @@ async def handle(broker: Broker, req: Request) -> Any:
     body = req.body
     mod = response_module(ApiKey.LIST_OFFSETS, req.api_version)
     read_committed = getattr(body, "isolation_level", 0) == 1
+    # a consumer (-1) is answered by the leader only, as Kafka does; -2 (a debugging
+    # consumer) by any replica, and, as any non-consumer, with the log end as the latest
+    replica_id = getattr(body, "replica_id", CONSUMER)
+    consumer, debug = replica_id == CONSUMER, replica_id == DEBUG_REPLICA
     topics = []
     for t in body.topics:
         topic = broker.logs.get(t.name)
@@ -70,14 +78,18 @@ async def handle(broker: Broker, req: Request) -> Any:
                 topic.partitions) else None
             code, ts, off = ErrorCode.none, -1, -1
             epoch = getattr(p, "current_leader_epoch", -1)
-            if plog is None:
+            refused = None if debug else broker.partition_error(t.name, p.partition_index)
+            if refused is not None:
+                code = refused
+            elif plog is None:
                 code = ErrorCode.unknown_topic_or_partition
             elif epoch >= 0 and epoch != plog.leader_epoch:
                 code = (ErrorCode.fenced_leader_epoch if epoch < plog.leader_epoch
                         else ErrorCode.unknown_leader_epoch)
             else:
                 try:
-                    latest = (broker.producers.last_stable_offset(plog) if read_committed
+                    latest = (plog.log_end_offset if not consumer  # as Kafka: its own end
+                              else broker.producers.last_stable_offset(plog) if read_committed
                               else plog.high_watermark)
                     ts, off = _lookup(plog, p.timestamp, latest)
                 except KafkaError as exc:

@@ -13,6 +13,7 @@ from kio.static.primitive import i32
 from eddy.broker.broker import Broker
 from eddy.broker.handlers.leader_hints import endpoints, leader_hint
 from eddy.log.partition import PartitionLog
+from eddy.observe import tracing
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import CloseConnection, ErrorCode, KafkaError
@@ -184,6 +185,13 @@ async def _replicated(broker: Broker, plog: PartitionLog, end: int, timeout_s: f
 
 
 async def handle(broker: Broker, req: Request) -> Any:
+    if not tracing.enabled:  # the hot path: no span work at all
+        return await _handle(broker, req)
+    with tracing.produce_span(req.body):
+        return await _handle(broker, req)
+
+
+async def _handle(broker: Broker, req: Request) -> Any:
     body = req.body
     version = req.api_version
     acks = body.acks

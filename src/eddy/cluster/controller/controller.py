@@ -71,7 +71,7 @@ class Controller:
         self.state = state
         self.config = config
         self.ring = ring
-        self.sessions = BrokerSessions(config.session_timeout_ms)
+        self.sessions = BrokerSessions(config.session_timeout_ms, config.probe_after_ms)
         self.schedule = TaskSchedule()
         self.gc = StorageGc(config.storage_gc_grace_ms)
         self.failures: deque[tuple[str, str]] = deque(maxlen=MAX_FAILURES)
@@ -83,6 +83,8 @@ class Controller:
         self._last_stopping: frozenset[int] = frozenset()
         #: brokers in controlled shutdown: node id -> the epoch that asked
         self._stopping: dict[int, int] = {}
+        #: those of them a probe found gone (not asked): a heartbeat brings them back
+        self._gone: dict[int, int] = {}
         self.active = False
         builtin = [
             (PARTITION_RECONCILE, config.partition_reconcile_interval_ms),
@@ -105,6 +107,7 @@ class Controller:
         self._gc_orders.clear()
         self._last_live = None
         self._stopping.clear()
+        self._gone.clear()
         self.active = True
 
     def stop(self) -> None:
@@ -138,8 +141,40 @@ class Controller:
         """A broker's heartbeat: renews its session; a fenced broker is unfenced and the
         partitions it can lead again (offline ones it is an ISR member of) get it."""
         broker = self._heard_from(node_id, epoch, now_ms)
+        if self._gone.get(node_id) == epoch:
+            # a probe found nothing listening, yet it speaks (its listener is back, or a
+            # firewall refused the probe): it may lead and join ISRs again
+            del self._gone[node_id]
+            self._stopping.pop(node_id, None)
+            return self._converge(now_ms, rescan=True)
         if not broker.fenced:
             return []
+        return self._converge(now_ms, rescan=False)
+
+    def to_probe(self, now_ms: int) -> list[BrokerRecord]:
+        """Brokers silent long enough that the driver should try their Kafka listener (see
+        ``BrokerSessions``); a refused connection goes to ``on_unreachable``."""
+        self._require_active()
+        stopping = self.stopping()
+        return [b for b in self.sessions.to_probe(self.state, now_ms)
+                if b.node_id not in stopping]
+
+    def on_unreachable(self, node_id: int, epoch: int, now_ms: int) -> list[MetadataCommand]:
+        """Nothing listens where ``node_id`` (in ``epoch``) took Kafka connections: it is
+        handled as a broker in controlled shutdown, at once: the returned changes move what
+        it leads to other live ISR members and take it out of every ISR. It is fenced when
+        its session ends, and not sooner than a session timeout from now. Moving leaders
+        first and fencing well after matters to clients: librdkafka, told in one Metadata
+        answer that a partition moved and that its old broker is gone, drops the move along
+        with the broker's handle and finds the new leader only at its next query, a second
+        later; its leader queries come at most a second apart."""
+        self._require_active()
+        broker = self.state.broker(node_id)
+        if broker is None or broker.epoch != epoch or broker.fenced \
+                or self._stopping.get(node_id) == epoch:
+            return []
+        self._stopping[node_id] = self._gone[node_id] = epoch
+        self.sessions.hold(node_id, epoch, now_ms + self.config.session_timeout_ms)
         return self._converge(now_ms, rescan=False)
 
     def live_brokers(self, now_ms: int) -> frozenset[int]:
@@ -204,6 +239,7 @@ class Controller:
             broker = self.state.broker(node_id)
             if broker is None or broker.epoch != epoch:
                 del self._stopping[node_id]
+                self._gone.pop(node_id, None)
         return frozenset(self._stopping)
 
     def in_controlled_shutdown(self, node_id: int) -> bool:
@@ -231,6 +267,7 @@ class Controller:
         stays with it). It counts as a heartbeat. Asking again gives what is left to do."""
         self._heard_from(node_id, epoch, now_ms)
         self._stopping[node_id] = epoch
+        self._gone.pop(node_id, None)  # asked: a stop, not a probe's guess
         live = frozenset(n for n in self.sessions.live_set(self.state, now_ms)
                          if self.state.is_live(n))
         return elections.plan_shutdown(self.state, node_id, live, self.stopping(),
@@ -361,8 +398,9 @@ class Controller:
         orders, self._gc_orders = self._gc_orders, {}
         return orders
 
-    def next_wakeup(self) -> int | None:
-        """The earliest time something is due: a session expiry or a task."""
-        times = [t for t in (self.sessions.next_expiry(), self.schedule.next_due())
-                 if t is not None]
+    def next_wakeup(self, now_ms: int) -> int | None:
+        """The earliest time after ``now_ms`` something is due: a session expiry, a probe
+        or a task."""
+        times = [t for t in (self.sessions.next_expiry(now_ms), self.schedule.next_due(),
+                             self.sessions.next_probe(self.state, now_ms)) if t is not None]
         return min(times, default=None)

@@ -6,6 +6,13 @@ heartbeat moves the deadline to ``now + session_timeout``. A broker is alive whe
 registered, its session has not expired, and either the state shows it unfenced or it has
 heartbeated (with its current epoch) to this controller: a fenced broker needs a heartbeat
 to come back, an unfenced one keeps the grace it was given when this controller started.
+
+Probes (``probe_after_ms`` > 0): a broker silent for ``probe_after_ms`` (a heartbeat or more
+late) is due for a probe of its Kafka listener, again every ``probe_every_ms`` while it stays
+silent; the driver connects, and a refused connection (nothing listens there: the process
+died) moves the broker's leaderships at once (``Controller.on_unreachable``) instead of a
+session timeout later. A probe that connects, or times out (a network partition drops
+packets), changes nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from eddy.cluster.metadata.records import BrokerRecord
 from eddy.cluster.metadata.state import MetadataState
 
 __all__ = ["BrokerSessions"]
@@ -23,23 +31,34 @@ class _Session:
     epoch: int
     deadline_ms: int
     heard: bool  # a heartbeat with ``epoch`` reached this controller
+    #: the last heartbeat (or when this controller began to watch): probes count from it
+    heard_ms: int
+    probed_ms: int | None = None
 
 
 class BrokerSessions:
-    def __init__(self, session_timeout_ms: int) -> None:
+    def __init__(self, session_timeout_ms: int, probe_after_ms: int = 0,
+                 probe_every_ms: int = 100) -> None:
         self.session_timeout_ms = session_timeout_ms
+        self.probe_after_ms = probe_after_ms
+        self.probe_every_ms = probe_every_ms
         self._sessions: dict[int, _Session] = {}
 
     def start(self, state: MetadataState, now_ms: int, suspects: Iterable[int] = (),
               suspect_grace_ms: int = 0) -> None:
         """This node just became the controller: every registered broker starts a fresh
         session of one timeout (nobody is fenced for silence the old controller saw), except
-        ``suspects``, which get ``suspect_grace_ms``."""
+        ``suspects``, which get ``suspect_grace_ms`` and are due for a probe at once."""
         suspect = set(suspects)
         self._sessions = {}
         for broker in state.all_brokers():
-            grace = suspect_grace_ms if broker.node_id in suspect else self.session_timeout_ms
-            self._sessions[broker.node_id] = _Session(broker.epoch, now_ms + grace, False)
+            if broker.node_id in suspect:
+                self._sessions[broker.node_id] = _Session(
+                    broker.epoch, now_ms + suspect_grace_ms, False,
+                    now_ms - self.probe_after_ms)
+            else:
+                self._sessions[broker.node_id] = _Session(
+                    broker.epoch, now_ms + self.session_timeout_ms, False, now_ms)
 
     def heartbeat(self, node_id: int, epoch: int, now_ms: int) -> None:
         """Renew ``node_id``'s session (the caller checked it is registered with ``epoch``)."""
@@ -48,8 +67,10 @@ class BrokerSessions:
         if current is not None and current.epoch == epoch:
             current.deadline_ms = max(current.deadline_ms, deadline)
             current.heard = True
+            current.heard_ms = now_ms
+            current.probed_ms = None
         else:
-            self._sessions[node_id] = _Session(epoch, deadline, True)
+            self._sessions[node_id] = _Session(epoch, deadline, True, now_ms)
 
     def heard(self, node_id: int, epoch: int) -> bool:
         session = self._sessions.get(node_id)
@@ -72,7 +93,8 @@ class BrokerSessions:
                 if session is not None and session.epoch > broker.epoch:
                     # heard from an epoch the state has not registered yet: not alive yet
                     continue
-                session = _Session(broker.epoch, now_ms + self.session_timeout_ms, False)
+                session = _Session(broker.epoch, now_ms + self.session_timeout_ms, False,
+                                   now_ms)
                 self._sessions[broker.node_id] = session
             if now_ms >= session.deadline_ms:
                 continue
@@ -80,6 +102,48 @@ class BrokerSessions:
                 live.append(broker.node_id)
         return frozenset(live)
 
-    def next_expiry(self) -> int | None:
-        """The earliest deadline (a driver may tick then)."""
-        return min((s.deadline_ms for s in self._sessions.values()), default=None)
+    def next_expiry(self, now_ms: int) -> int | None:
+        """The earliest deadline after ``now_ms`` (a driver may tick then; a session that
+        ended already, such as a dead broker's, wakes nobody again)."""
+        return min((s.deadline_ms for s in self._sessions.values() if s.deadline_ms > now_ms),
+                   default=None)
+
+    def _probe_due_ms(self, session: _Session) -> int:
+        due = session.heard_ms + self.probe_after_ms
+        if session.probed_ms is not None:
+            due = max(due, session.probed_ms + self.probe_every_ms)
+        return due
+
+    def _probe_candidates(self, state: MetadataState) -> list[tuple[BrokerRecord, _Session]]:
+        if self.probe_after_ms <= 0:
+            return []
+        out = []
+        for broker in state.all_brokers():
+            session = self._sessions.get(broker.node_id)
+            if not broker.fenced and session is not None and session.epoch == broker.epoch:
+                out.append((broker, session))
+        return out
+
+    def to_probe(self, state: MetadataState, now_ms: int) -> list[BrokerRecord]:
+        """The unfenced brokers due for a probe at ``now_ms`` (each is then not due again
+        for ``probe_every_ms``)."""
+        out: list[BrokerRecord] = []
+        for broker, session in self._probe_candidates(state):
+            if session.deadline_ms > now_ms >= self._probe_due_ms(session):
+                session.probed_ms = now_ms
+                out.append(broker)
+        return out
+
+    def next_probe(self, state: MetadataState, now_ms: int) -> int | None:
+        """When the next probe falls due (None: probes off, or none before a deadline); a
+        probe overdue at ``now_ms`` counts as due at ``now_ms``."""
+        return min((max(due, now_ms) for _, s in self._probe_candidates(state)
+                    if (due := self._probe_due_ms(s)) < s.deadline_ms
+                    and s.deadline_ms > now_ms), default=None)
+
+    def hold(self, node_id: int, epoch: int, until_ms: int) -> None:
+        """Keep ``node_id``'s session in ``epoch`` (when current) until at least
+        ``until_ms``."""
+        session = self._sessions.get(node_id)
+        if session is not None and session.epoch == epoch:
+            session.deadline_ms = max(session.deadline_ms, until_ms)

@@ -91,6 +91,7 @@ class RaftNode(Replication):
         self._now = now_ms
         self._election_deadline = 0
         self._leader_heard_ms: int | None = None
+        self._last_leader = 0  # the last leader this node followed
         self._votes: dict[int, bool] = {}
         self._snapshot: Snapshot | None = None  # the newest one we can send (compact/install)
         self._msgs: list[RaftMessage] = []
@@ -152,6 +153,30 @@ class RaftNode(Replication):
             else:
                 self._reset_election_timer()
 
+    def leader_silence(self) -> tuple[int, int] | None:
+        """(the leader this node last followed, ms since it last heard from it) while no
+        other leader is known here; None when leading or when that lease was dropped."""
+        if self.role == Role.LEADER or self._last_leader in (0, self.id) \
+                or self._leader_heard_ms is None or self.leader not in (0, self._last_leader):
+            return None
+        return self._last_leader, self._now - self._leader_heard_ms
+
+    def leader_gone(self, leader: int) -> None:
+        """The driver found ``leader``'s process gone (nothing listens where it served):
+        drop its lease, so this node grants (pre-)votes at once, and campaign soon. The
+        survivors take turns a quarter election timeout apart, in node id order, whatever
+        their timers said (random waits would often start two campaigns at once and split
+        the votes). Only a hint:
+        elections stay as safe as ever, and a leader still alive is followed again on its
+        next message."""
+        if self.role == Role.LEADER or self._last_leader != leader \
+                or self.leader not in (0, leader):
+            return
+        self._leader_heard_ms = None
+        turn = sorted(self.voters - {leader}).index(self.id) if self.id in self.voters else 0
+        self._election_deadline = self._now + turn * max(1, self.config.election_timeout_ms // 4)
+        self.tick(self._now)  # the first in turn campaigns now
+
     def _reset_election_timer(self) -> None:
         et = self.config.election_timeout_ms
         self._election_deadline = self._now + et + self.rng.randrange(et)
@@ -165,6 +190,7 @@ class RaftNode(Replication):
         self.leader = leader
         if leader:
             self._leader_heard_ms = self._now
+            self._last_leader = leader
         self._reset_election_timer()
         if was_leader:
             self._stop_leading()

@@ -342,6 +342,14 @@ class RaftDriver(ReadyHandling):
         self._actions.append(("transfer", to_node, True))
         self._wake.set()
 
+    def leader_silence(self) -> tuple[int, int] | None:
+        """The core's ``leader_silence`` (None before the driver runs)."""
+        return None if self.node is None else self.node.leader_silence()
+
+    def leader_gone(self, leader: int) -> None:
+        """Hint: ``leader``'s process is gone (see the core's ``leader_gone``)."""
+        self._report("leader-gone", leader, True)
+
     def _report(self, kind: str, peer: int, ok: bool) -> None:
         self._actions.append((kind, peer, ok))
         self._wake.set()
@@ -463,6 +471,8 @@ class RaftDriver(ReadyHandling):
                     node.report_unreachable(peer)
                 elif kind == "snapshot":
                     node.report_snapshot(peer, ok)
+                elif kind == "leader-gone":
+                    node.leader_gone(peer)
                 else:
                     node.transfer_leadership(peer)
             except (ProposalDropped, ValueError) as exc:

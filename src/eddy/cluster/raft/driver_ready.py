@@ -59,6 +59,8 @@ class ReadyHandling:
     async def _handle(self, node: RaftNode, rd: Ready) -> None:
         self.stats.readies += 1
         if rd.soft_state is not None:
+            log.debug("raft group %s: %s, leader %d (term %d)", self.group,
+                      rd.soft_state.role.name.lower(), rd.soft_state.leader, node.term)
             if self.on_soft_state is not None:
                 try:
                     self.on_soft_state(rd.soft_state)

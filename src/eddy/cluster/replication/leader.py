@@ -22,7 +22,7 @@ Kafka's rules (seed 001, KIP-16, KIP-497's AlterPartition):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 __all__ = ["FollowerProgress", "LeaderState"]
@@ -122,8 +122,11 @@ class LeaderState:
         return max(low, current)
 
     def isr_change(self, now_ms: int, leader_leo: int, hwm: int, lag_max_ms: int,
-                   lag_max_messages: int) -> tuple[int, ...] | None:
-        """The ISR to propose now (None: keep it, or a proposal is in flight)."""
+                   lag_max_messages: int, can_join: Callable[[int], bool] = lambda _: True
+                   ) -> tuple[int, ...] | None:
+        """The ISR to propose now (None: keep it, or a proposal is in flight). Only
+        replicas ``can_join`` accepts (live brokers: KIP-841, a fenced one may not join)
+        are added."""
         if self.pending is not None:
             return None
         out = [n for n in self.isr if n == self.me or not self._lagging(
@@ -134,7 +137,7 @@ class LeaderState:
             if node in self.isr or node == self.me:
                 continue  # (a member leaving now does not rejoin in the same change)
             progress = self.followers.get(node)
-            if progress is not None and progress.leo != UNKNOWN \
+            if progress is not None and progress.leo != UNKNOWN and can_join(node) \
                     and progress.leo >= hwm and progress.leo >= self.epoch_start_offset:
                 out.append(node)
         proposal = tuple(out)

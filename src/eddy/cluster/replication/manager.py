@@ -7,7 +7,9 @@ epoch. ``apply`` (called by ``ReplicaSync`` after each metadata change) makes th
   they report their log end offsets (and at once on an append when this node is the only
   ISR member); acks=all produces wait here (``wait_replicated``) until the HWM passes their
   last offset; the ISR is shrunk and grown through the controller (AlterIsrRequest) by a
-  tick every ``ISR_CHECK_S`` and at once when a follower catches up;
+  tick every ``ISR_CHECK_S`` and at once when a follower catches up; each committed ISR
+  change that comes back (from this leader's AlterIsr or the controller's fencing) counts in
+  the broker's metrics (``eddy_isr_shrinks_total``/``eddy_isr_expands_total``);
 - **follower**: the partition is fetched by the ``Fetcher`` of its leader's node (one per
   leader node, Kafka's replica fetcher thread), which first truncates the log to what the
   leader has (OffsetForLeaderEpoch), then appends what it fetches;
@@ -107,7 +109,10 @@ class ReplicaManager:
         led = self.led.get(key)
         incarnations = self._incarnations(part.replicas)
         if led is not None and led.plog is plog and led.state.leader_epoch == part.leader_epoch:
+            before = led.state.isr
             led.state.update(part.replicas, part.isr, part.partition_epoch, now, incarnations)
+            if part.isr != before:  # committed: this leader's AlterIsr, or the controller's
+                self.broker.metrics.counts.isr_changed(key[0], before, part.isr)
         else:
             self._stop_following(key)
             if plog.log_end_offset > plog.log_start_offset:
@@ -278,7 +283,8 @@ class ReplicaManager:
         config = self.broker.config
         proposal = led.state.isr_change(now, led.plog.log_end_offset, led.plog.high_watermark,
                                         config.replica_lag_time_max_ms,
-                                        config.replica_lag_max_messages)
+                                        config.replica_lag_max_messages,
+                                        self.cluster.state.is_live)
         if proposal is None:
             return
         self._proposing.add(key)
@@ -297,8 +303,10 @@ class ReplicaManager:
                         "%s-%d: ISR %s refused: %s %s", key[0], key[1], list(isr), code.name,
                         answer.message or "")
                 self._refused[key] = (isr, code)
-                await asyncio.sleep(REFUSED_BACKOFF_S)  # the metadata may change meanwhile
+                # the refused members leave the maximal ISR now (they would hold the HWM,
+                # and acks=all with it); no new proposal for this partition meanwhile
                 state.proposal_failed()
+                await asyncio.sleep(REFUSED_BACKOFF_S)  # the metadata may change meanwhile
             else:
                 self._refused.pop(key, None)
                 log.info("%s-%d: ISR %s -> %s", key[0], key[1], list(state.isr), list(isr))

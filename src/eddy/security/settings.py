@@ -1,0 +1,71 @@
+"""Checks of the security settings together (the config model's validator calls them):
+each problem is a ValueError naming the setting."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from eddy.security.listeners import resolve_listeners
+
+if TYPE_CHECKING:
+    from eddy.config import BrokerConfig
+
+__all__ = ["CLIENT_AUTH", "MECHANISMS", "bootstrap_user", "check_security", "mechanisms"]
+
+#: the SASL mechanisms Eddy serves
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+CLIENT_AUTH = ("none", "requested", "required")
+
+
+def mechanisms(value: str) -> list[str]:
+    """sasl.enabled.mechanisms as its mechanisms, upper-cased, checked."""
+    out = [m.strip().upper() for m in value.split(",") if m.strip()]
+    unknown = [m for m in out if m not in MECHANISMS]
+    if unknown or not out:
+        raise ValueError(f"sasl.enabled.mechanisms: {', '.join(unknown) or 'none given'}: "
+                         f"supported are {', '.join(MECHANISMS)}")
+    return list(dict.fromkeys(out))
+
+
+def bootstrap_user(value: str) -> tuple[str, str]:
+    """sasl.bootstrap.user as (name, password); the message never holds the value."""
+    name, sep, password = value.partition(":")
+    if not sep or not name.strip() or not password:
+        raise ValueError("sasl.bootstrap.user: expected NAME:PASSWORD with both non-empty")
+    return name.strip(), password
+
+
+def check_security(config: BrokerConfig) -> None:
+    specs = (resolve_listeners(config.listeners, config.advertised_listeners,
+                               config.listener_security_protocol_map,
+                               config.inter_broker_listener_name)
+             if config.listeners is not None else [])
+    for setting, kind in (("ssl.keystore.type", config.ssl_keystore_type),
+                          ("ssl.truststore.type", config.ssl_truststore_type)):
+        if kind.upper() != "PEM":
+            raise ValueError(f"{setting}: only PEM is supported (KIP-651), got {kind!r}")
+    if config.ssl_client_auth.lower() not in CLIENT_AUTH:
+        raise ValueError(f"ssl.client.auth: expected one of {', '.join(CLIENT_AUTH)}, got "
+                         f"{config.ssl_client_auth!r}")
+    mechanisms(config.sasl_enabled_mechanisms)
+    if config.sasl_bootstrap_user is not None:
+        bootstrap_user(config.sasl_bootstrap_user.get_secret_value())
+    tls = [s.name for s in specs if s.tls]
+    if tls:
+        has_chain = config.ssl_keystore_certificate_chain is not None
+        has_key = config.ssl_keystore_key is not None
+        if config.ssl_keystore_location is None and not (has_chain and has_key):
+            raise ValueError(f"listener {tls[0]} uses TLS: set ssl.keystore.location (a PEM "
+                             "file with key and chain) or both ssl.keystore.certificate.chain "
+                             "and ssl.keystore.key")
+        if has_chain != has_key:
+            raise ValueError("ssl.keystore.certificate.chain and ssl.keystore.key go together")
+        trust = (config.ssl_truststore_location is not None
+                 or config.ssl_truststore_certificates is not None)
+        if config.ssl_client_auth.lower() != "none" and not trust:
+            raise ValueError(f"ssl.client.auth={config.ssl_client_auth}: set "
+                             "ssl.truststore.location or ssl.truststore.certificates (the CA "
+                             "certificates client certificates are checked with)")
+    if any(s.sasl for s in specs) and "gateway" in config.roles:
+        raise ValueError("listeners: SASL listeners are not served by a gateway yet (its users "
+                         "live in a cluster's metadata, which a gateway does not follow)")
