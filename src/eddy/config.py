@@ -407,6 +407,21 @@ class BrokerConfig(BaseModel):
         "credentials, never the password) when the cluster has no credential of that name",
     )
 
+    authorizer_class_name: str = Field(
+        "", alias="authorizer.class.name",
+        description="empty: no authorization (as Kafka); Kafka's StandardAuthorizer or "
+        "AclAuthorizer class name, or 'eddy': every request is checked against the ACLs",
+    )
+    super_users: str = Field(
+        "", alias="super.users",
+        description="principals allowed everything, separated by ';' (e.g. "
+        "User:admin;User:CN=broker)",
+    )
+    allow_everyone_if_no_acl_found: bool = Field(
+        False, alias="allow.everyone.if.no.acl.found",
+        description="a resource no ACL names is open to everyone (Kafka's default: false)",
+    )
+
     @field_validator("listen", "advertised")
     @classmethod
     def _host_port(cls, v: str | None, info: Any) -> str | None:

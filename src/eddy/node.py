@@ -33,7 +33,9 @@ from eddy.mesh.identity import NodeIdentity
 from eddy.mesh.quic import MeshError, MeshTimeout, PeerUnavailable
 from eddy.mesh.service import MeshService
 from eddy.observe import otel_setup
+from eddy.security.checks import cluster_authorizer
 from eddy.security.servers import cluster_lookup, ensure_bootstrap_user, make_servers
+from eddy.security.settings import authorizer_enabled
 
 if TYPE_CHECKING:
     from eddy.observe.admin_http import AdminServer
@@ -219,6 +221,8 @@ def _make_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
     sync = ReplicaSync(broker, cluster.state)
     cluster.machine.on_change(sync.schedule)
     broker.cluster, broker.led = cluster, set()
+    if authorizer_enabled(config):
+        broker.authorizer = cluster_authorizer(config, cluster)
     broker.producer_ids.use_blocks_from(cluster.allocate_producer_ids)
     return cluster, sync
 

@@ -29,6 +29,7 @@ from eddy.txn.producer_ids import ProducerIdAllocator
 if TYPE_CHECKING:  # the node wires the cluster service in; the broker only reads it
     from eddy.cluster.replication.manager import ReplicaManager
     from eddy.cluster.service import ClusterService
+    from eddy.security.authorizer import Authorizer
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,8 @@ class Broker:
         self.led: set[tuple[str, int]] | None = None
         #: ISR replication, in a cluster (None: every partition here is its only replica)
         self.replication: ReplicaManager | None = None
+        #: ACL decisions (authorizer.class.name set; None: every request is allowed)
+        self.authorizer: Authorizer | None = None
 
     def load(self) -> None:
         os.makedirs(self.config.data_dir, exist_ok=True)

@@ -5,16 +5,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from eddy.security.authorizer import parse_super_users
 from eddy.security.listeners import resolve_listeners
 
 if TYPE_CHECKING:
     from eddy.config import BrokerConfig
 
-__all__ = ["CLIENT_AUTH", "MECHANISMS", "bootstrap_user", "check_security", "mechanisms"]
+__all__ = ["AUTHORIZERS", "CLIENT_AUTH", "MECHANISMS", "authorizer_enabled", "bootstrap_user",
+           "check_security", "mechanisms"]
 
 #: the SASL mechanisms Eddy serves
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 CLIENT_AUTH = ("none", "requested", "required")
+#: authorizer.class.name values that turn Eddy's ACL authorizer on (Kafka's names too, so a
+#: Kafka server.properties works unchanged)
+AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+               "kafka.security.authorizer.AclAuthorizer", "eddy")
+
+
+def authorizer_enabled(config: BrokerConfig) -> bool:
+    return bool(config.authorizer_class_name.strip())
 
 
 def mechanisms(value: str) -> list[str]:
@@ -48,6 +58,18 @@ def check_security(config: BrokerConfig) -> None:
         raise ValueError(f"ssl.client.auth: expected one of {', '.join(CLIENT_AUTH)}, got "
                          f"{config.ssl_client_auth!r}")
     mechanisms(config.sasl_enabled_mechanisms)
+    name = config.authorizer_class_name.strip()
+    if name and name not in AUTHORIZERS:
+        raise ValueError(f"authorizer.class.name: {name!r} is not one of {', '.join(AUTHORIZERS)}"
+                         " (or empty: no authorization)")
+    parse_super_users(config.super_users)
+    if name and not config.clustered:
+        raise ValueError("authorizer.class.name: the ACLs live in the cluster's metadata and "
+                         "this node has no controller quorum (leave process.roles unset to "
+                         "run as a cluster of one)")
+    if name and "gateway" in config.roles:
+        raise ValueError("authorizer.class.name: a gateway does not authorize requests yet (the "
+                         "ACLs live in a cluster's metadata, which a gateway does not follow)")
     if config.sasl_bootstrap_user is not None:
         bootstrap_user(config.sasl_bootstrap_user.get_secret_value())
     tls = [s.name for s in specs if s.tls]

@@ -100,6 +100,7 @@ def create_acl(state: MetadataState, cmd: CreateAcl) -> int:
     if cmd.acl in state.acls:
         return 0
     state.acls.add(cmd.acl)
+    state.acls_version += 1
     return 1
 
 
@@ -108,6 +109,7 @@ def delete_acl(state: MetadataState, cmd: DeleteAcl) -> int:
     if cmd.acl not in state.acls:
         return 0
     state.acls.remove(cmd.acl)
+    state.acls_version += 1
     return 1
 
 

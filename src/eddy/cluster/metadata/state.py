@@ -112,6 +112,8 @@ class MetadataState:
         self.next_producer_id = 0
         self.scram_users: dict[tuple[str, int], ScramCredential] = {}
         self.acls: set[AclBinding] = set()
+        #: bumped by each ACL change (the authorizer rebuilds its index when it moves)
+        self.acls_version = 0
         self.pipelines: dict[str, PipelineRecord] = {}
         self.cluster_id = ""
         #: ongoing reassignments (see ``reassignments``), by (topic, partition)
