@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from eddy.broker.host import LogHost
 from eddy.broker.producers import COMMIT, control_type
 from eddy.groups.records import RecordFormatError, partition_for
 from eddy.groups.state import GroupConfig, GroupCoordinator, Step, Write
@@ -19,7 +20,6 @@ from eddy.protocol.record_batch import parse_header, validate_batches
 from eddy.protocol.records import build_batch, decode_batch_records
 
 if TYPE_CHECKING:
-    from eddy.broker.broker import Broker
     from eddy.broker.groups_raft import RaftGroupStore
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 
 
 class GroupService:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: LogHost) -> None:
         cfg = broker.config
         self._broker = broker
         self._config = GroupConfig(

@@ -13,8 +13,9 @@ import logging
 import struct
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from eddy.broker.host import MarkerHost
 from eddy.broker.txn_markers import MarkerService, append_own, write_durably
 from eddy.broker.txn_raft import TxnRaftLog, pending_key, split, txn_key
 from eddy.cluster.txn_rpc import WriteMarkersRequest
@@ -36,7 +37,8 @@ from eddy.txn.coordinator import (
 )
 
 if TYPE_CHECKING:
-    from eddy.broker.broker import Broker
+    from eddy.broker.groups import GroupService
+    from eddy.txn.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +51,18 @@ def _key(txn_id: str) -> bytes:
     return _KEY_VERSION.pack(0) + txn_id.encode()
 
 
+class TxnHost(MarkerHost, Protocol):
+    """The transaction coordinator service's view of its broker."""
+
+    @property
+    def groups(self) -> GroupService: ...
+
+    @property
+    def producer_ids(self) -> ProducerIdAllocator: ...
+
+
 class TransactionService:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: TxnHost) -> None:
         self._broker = broker
         self.coordinator = TransactionCoordinator(
             broker.config.transaction_max_timeout_ms, broker.producer_ids.allocate)

@@ -31,7 +31,7 @@ from eddy.protocol.record_batch import (
 from eddy.protocol.records import build_batch
 
 if TYPE_CHECKING:
-    from eddy.broker.broker import Broker
+    from eddy.broker.host import MarkerHost
     from eddy.mesh.service import MeshService
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def marker_batch(producer_id: int, epoch: int, commit: bool, now: int,
                        attributes=TRANSACTIONAL_BIT | CONTROL_BIT)
 
 
-def append_own(broker: Broker, plog: PartitionLog, batch: bytearray) -> int:
+def append_own(broker: MarkerHost, plog: PartitionLog, batch: bytearray) -> int:
     """Append a batch the broker built itself (markers included: clients may not)."""
     h = parse_header(batch)
     validated = ValidatedBatches([h], [0], h.record_count, h.max_timestamp, 0)
@@ -60,7 +60,7 @@ def append_own(broker: Broker, plog: PartitionLog, batch: bytearray) -> int:
     return result.base_offset
 
 
-async def write_durably(broker: Broker, request: WriteMarkersRequest, topic: str,
+async def write_durably(broker: MarkerHost, request: WriteMarkersRequest, topic: str,
                         index: int) -> ErrorCode:
     """``write_one``, then wait as acks=all does: the marker fsynced here (unless write
     caching) and, on a replicated partition, in the ISR. A marker only the leader had
@@ -82,7 +82,7 @@ async def write_durably(broker: Broker, request: WriteMarkersRequest, topic: str
     return await replication.wait_replicated(plog, end, 1, MARKER_TIMEOUT_S)
 
 
-def write_one(broker: Broker, request: WriteMarkersRequest, topic: str, index: int
+def write_one(broker: MarkerHost, request: WriteMarkersRequest, topic: str, index: int
               ) -> ErrorCode:
     """Write ``request``'s marker into ``topic-index`` if this broker leads it."""
     refused = broker.partition_error(topic, index)
@@ -116,7 +116,7 @@ def write_one(broker: Broker, request: WriteMarkersRequest, topic: str, index: i
 class MarkerService:
     """Markers asked of this broker by a coordinator elsewhere, and asked of others."""
 
-    def __init__(self, broker: Broker, mesh: MeshService) -> None:
+    def __init__(self, broker: MarkerHost, mesh: MeshService) -> None:
         self.broker = broker
         self.mesh = mesh
 
