@@ -21,6 +21,7 @@ from eddy.broker.server import KafkaServer
 from eddy.broker.txn_markers import MarkerService
 from eddy.broker.txn_raft import TxnRaftLog
 from eddy.clock import Clock
+from eddy.cluster.metadata.endpoints import encode_endpoints
 from eddy.cluster.replication.manager import ReplicaManager
 from eddy.cluster.service import ClusterService
 from eddy.config import BrokerConfig
@@ -125,7 +126,7 @@ async def start_node(config: BrokerConfig, clock: Clock) -> Node:
                 holder.config = config
     if cluster is not None:
         cluster.config = config
-        await _start_cluster(cluster, broker, sync)
+        await _start_cluster(cluster, broker, sync, registered_endpoints(servers))
         if config.sasl_bootstrap_user is not None:
             if set(cluster.voters) == {config.node_id}:  # alone: the user is there when ready
                 await ensure_bootstrap_user(config, cluster, ALONE_READY_S)
@@ -227,12 +228,20 @@ def _make_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
     return cluster, sync
 
 
+def registered_endpoints(servers: list[KafkaServer]) -> str:
+    """The Kafka endpoints this node registers: the inter-broker listener's address, and
+    each listener's by name when there are several."""
+    first = servers[0].node
+    return encode_endpoints((first.host, first.port),
+                            [(s.listener.name, s.node.host, s.node.port) for s in servers])
+
+
 async def _start_cluster(cluster: ClusterService, broker: Broker | None,
-                         sync: ReplicaSync | None) -> None:
+                         sync: ReplicaSync | None, kafka_addr: str) -> None:
     if broker is None or sync is None:
         await cluster.start("")
         return
-    await cluster.start(f"{broker.host}:{broker.port}", hosted=sync.hosted,
+    await cluster.start(kafka_addr, hosted=sync.hosted,
                         on_delete=sync.delete_ids)
     if cluster.offsets is not None:  # a voter: it may lead the offsets group
         # the transaction coordinator keeps its state there too, and serves with the groups

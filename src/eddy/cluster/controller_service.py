@@ -68,6 +68,7 @@ from eddy.cluster.metadata.commands import (
     UnfenceBroker,
     UpsertScramUser,
 )
+from eddy.cluster.metadata.endpoints import inter_broker
 from eddy.cluster.metadata.topics import MAX_PARTITIONS
 from eddy.cluster.placement import HashRing
 from eddy.cluster.raft.driver import CONF_ADD_LEARNER, DriverStopped, RaftDriver, WriteTimeout
@@ -236,7 +237,7 @@ class ControllerService:
             if broker.node_id in self._probing:
                 continue
             task = asyncio.get_running_loop().create_task(
-                self._probe(broker.node_id, broker.epoch, broker.kafka_addr),
+                self._probe(broker.node_id, broker.epoch, inter_broker(broker.kafka_addr)),
                 name=f"probe-broker-{broker.node_id}")
             self._probing[broker.node_id] = task
             task.add_done_callback(self._probe_done)

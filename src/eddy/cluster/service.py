@@ -35,6 +35,7 @@ from eddy.cluster.controller_service import ControllerService
 from eddy.cluster.leader_watch import RaftLeaderWatch
 from eddy.cluster.machine import MetadataMachine
 from eddy.cluster.metadata import MetadataState
+from eddy.cluster.metadata.endpoints import inter_broker
 from eddy.cluster.multiraft import MultiRaft
 from eddy.cluster.offsets import OFFSETS_GROUP, OffsetsMachine, encode_entry
 from eddy.cluster.raft.driver import RaftDriver, RaftStatus, WriteTimeout
@@ -165,7 +166,7 @@ class ClusterService:
 
     def _kafka_addr(self, node_id: int) -> str | None:
         broker = self.state.broker(node_id)
-        return None if broker is None else broker.kafka_addr
+        return None if broker is None else inter_broker(broker.kafka_addr)
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """A task of this node's cluster work, cancelled by ``stop``."""

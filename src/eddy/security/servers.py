@@ -5,8 +5,9 @@ The first listener (the inter-broker one) serves the node itself: its address is
 the node registers in the cluster and announces on the mesh. Every other listener serves a
 ``ListenerView`` of the node, which answers Metadata, FindCoordinator and DescribeCluster
 with that listener's own advertised address (Kafka's rule: clients are told the endpoints
-of the listener they came in on). Other brokers of a cluster are still named by their
-registered (inter-broker) address: the broker registration carries one Kafka address.
+of the listener they came in on). Other brokers of a cluster are named by their address on that
+listener too: a registration lists every listener's endpoint (eddy.cluster.metadata.
+endpoints), and handlers pick the one of ``node.listener_name``.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ class ListenerView:
     """The node as the clients of one extra listener see it: its own host and port,
     everything else the node's."""
 
-    def __init__(self, node: Any, host: str, port: int) -> None:
+    def __init__(self, node: Any, host: str, port: int, listener_name: str) -> None:
         object.__setattr__(self, "_node", node)
+        object.__setattr__(self, "listener_name", listener_name)
         object.__setattr__(self, "host", host)
         object.__setattr__(self, "port", port)
 
@@ -90,7 +92,7 @@ def make_servers(config: BrokerConfig, node: Any, lookup: CredentialLookup,
     servers = []
     for i, spec in enumerate(specs):
         port = spec.advertised_port if spec.advertised_port is not None else spec.port
-        served = node if i == 0 else ListenerView(node, spec.advertised_host, port)
+        served = node if i == 0 else ListenerView(node, spec.advertised_host, port, spec.name)
         servers.append(KafkaServer(served, handlers=handlers, versions=versions,
                                    listener=spec, tls=tls, sasl=sasl))
     return servers

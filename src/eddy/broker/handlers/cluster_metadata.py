@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from eddy.cluster.controller_client import ControllerUnavailable
 from eddy.cluster.controller_rpc import CreateTopicRequest, error_of
 from eddy.cluster.metadata import NO_LEADER, MetadataState
+from eddy.cluster.metadata.endpoints import endpoint
 from eddy.cluster.metadata.records import TopicRecord
 from eddy.log.manager import validate_topic_name
 from eddy.protocol.apis import ApiKey
@@ -37,11 +38,13 @@ def host_port(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port) if port.isdigit() else 0
 
 
-def live_brokers(state: MetadataState) -> list[tuple[int, str, int, str | None]]:
-    """(node id, host, port, rack) of every registered, unfenced broker."""
+def live_brokers(state: MetadataState, listener: str | None = None
+                 ) -> list[tuple[int, str, int, str | None]]:
+    """(node id, host, port, rack) of every registered, unfenced broker, on ``listener``
+    (the registrations' first address when None)."""
     out = []
     for b in state.live_brokers():
-        host, port = host_port(b.kafka_addr)
+        host, port = endpoint(b.kafka_addr, listener) or ("", 0)
         out.append((b.node_id, host, port, b.rack))
     return sorted(out)
 
@@ -125,7 +128,8 @@ async def handle(broker: Broker, req: Request) -> Any:
                 continue
         topics.append(topic_entry(state, mod, record))
     # this node as the listener the request came in on tells (answering: it is up)
-    listed = sorted([*(b for b in live_brokers(state) if b[0] != broker.node_id),
+    listener = getattr(broker, "listener_name", None)
+    listed = sorted([*(b for b in live_brokers(state, listener) if b[0] != broker.node_id),
                      (broker.node_id, broker.host, broker.port, broker.config.broker_rack)])
     brokers = tuple(build(mod.MetadataResponseBroker, node_id=n, host=h, port=p, rack=r)
                     for n, h, p, r in listed)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from eddy.cluster.metadata.endpoints import endpoint
 from eddy.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -29,7 +30,9 @@ def leader_hint(broker: Broker, topic: str | None, partition: int, code: ErrorCo
 
 
 def endpoints(broker: Broker, nodes: set[int]) -> list[tuple[int, str, int, str | None]]:
-    """(node id, host, port, rack) of each registered node in ``nodes``."""
+    """(node id, host, port, rack) of each registered node in ``nodes``, on the listener
+    the request came in on (``broker`` is then that listener's view of the node)."""
+    listener: str | None = getattr(broker, "listener_name", None)
     cluster = broker.cluster
     out: list[tuple[int, str, int, str | None]] = []
     if cluster is None:
@@ -38,7 +41,7 @@ def endpoints(broker: Broker, nodes: set[int]) -> list[tuple[int, str, int, str 
         record = cluster.state.broker(node)
         if record is None:
             continue
-        host, _, port = record.kafka_addr.rpartition(":")
-        if port.isdigit():
-            out.append((node, host, int(port), record.rack))
+        found = endpoint(record.kafka_addr, listener)
+        if found is not None:
+            out.append((node, found[0], found[1], record.rack))
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from eddy.cluster.metadata.endpoints import check_endpoints
 from eddy.cluster.metadata.records import BrokerRecord
 from eddy.cluster.metadata.result import Rejected
 from eddy.protocol.errors import ErrorCode
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
 NODE_KEY_BYTES = 32  # Ed25519 public key
 MAX_ADDR = 255
+MAX_KAFKA_ADDR = 1024  # every listener's endpoint (see endpoints.py)
 MAX_RACK = 255
 #: the largest producer-id block one command may take (Kafka hands out 1000 at a time)
 MAX_PRODUCER_ID_BLOCK = 1 << 20
@@ -47,7 +49,10 @@ def register(state: MetadataState, cmd: RegisterBroker) -> int:
             ErrorCode.invalid_request,
             f"node_key is {len(cmd.node_key)} bytes, expected {NODE_KEY_BYTES}",
         )
-    _check_text("kafka_addr", cmd.kafka_addr, MAX_ADDR)
+    _check_text("kafka_addr", cmd.kafka_addr, MAX_KAFKA_ADDR)
+    malformed = check_endpoints(cmd.kafka_addr)
+    if malformed is not None:
+        raise Rejected(ErrorCode.invalid_request, malformed)
     _check_text("mesh_addr", cmd.mesh_addr, MAX_ADDR)
     if cmd.rack is not None:
         _check_text("rack", cmd.rack, MAX_RACK)

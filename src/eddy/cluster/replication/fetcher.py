@@ -34,6 +34,7 @@ from kio.schema.offset_for_leader_epoch.v4 import request as ofle_req
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i32, i64
 
+from eddy.cluster.metadata.endpoints import inter_broker
 from eddy.cluster.replication.divergence import truncation_offset
 from eddy.cluster.replication.link import LeaderLink, MalformedResponse
 from eddy.log.partition import PartitionLog
@@ -150,7 +151,7 @@ class Fetcher:
             return None
         config = self.manager.broker.config
         self._link = await LeaderLink.connect(
-            record.kafka_addr, f"eddy-replica-{self.manager.me}",
+            inter_broker(record.kafka_addr), f"eddy-replica-{self.manager.me}",
             config.replica_fetch_response_max_bytes + (1 << 20), CONNECT_TIMEOUT_S)
         return self._link
 
