@@ -265,7 +265,20 @@ class BrokerConfig(BaseModel):
     )
     mesh_allowed_nodes: str = Field(
         "", alias="mesh.allowed.nodes",
-        description="comma-separated NodeIds (hex or base32) allowed on the mesh; empty: any",
+        description="comma-separated NodeIds (hex or base32) allowed on the mesh; empty: any "
+        "(unless mesh.cluster.public.key is set)",
+    )
+    mesh_cluster_public_key: str = Field(
+        "", alias="mesh.cluster.public.key",
+        description="the cluster's Ed25519 public key (64 hex digits, base64, or a PEM file "
+        "path; `eddy mesh keygen`): when set, a peer is admitted if it is on "
+        "mesh.allowed.nodes or presents a membership token for its NodeId signed by this key "
+        "(`eddy mesh sign`) and not expired; empty: the allow-list alone decides",
+    )
+    mesh_membership_file: str | None = Field(
+        None, alias="mesh.membership.file",
+        description="this node's membership token (`eddy mesh sign`), shown to peers in its "
+        "mesh certificate; default <data_dir>/node.membership when that file exists",
     )
     mesh_mdns_enable: bool = Field(
         False, alias="mesh.mdns.enable",
@@ -302,6 +315,27 @@ class BrokerConfig(BaseModel):
         "/health/live, /health/ready), served by a node with the broker role; unset: the "
         f"Kafka listener's host, port {ADMIN_PORT} (left out with a warning when that port "
         "is taken); port 0: any free port; empty: off",
+    )
+    registry_ssl_enabled: bool = Field(
+        False, alias="registry.ssl.enabled",
+        description="the schema registry serves HTTPS with the Kafka listeners' PEM material "
+        "(ssl.keystore.*; ssl.client.auth and ssl.truststore.* for client certificates)",
+    )
+    registry_authentication_method: str = Field(
+        "NONE", alias="registry.authentication.method",
+        description="NONE or BASIC (Confluent's authentication.method): HTTP basic auth "
+        "against the users' SCRAM credentials in the cluster metadata; the principal is "
+        "User:<name>, checked against the ACLs when authorizer.class.name is set",
+    )
+    admin_ssl_enabled: bool = Field(
+        False, alias="admin.ssl.enabled",
+        description="the admin listener serves HTTPS with the Kafka listeners' PEM material "
+        "(as registry.ssl.enabled)",
+    )
+    admin_authentication_method: str = Field(
+        "NONE", alias="admin.authentication.method",
+        description="NONE or BASIC, as registry.authentication.method (/health/live and "
+        "/health/ready stay open)",
     )
     controller_quorum_voters: str = Field(
         "", alias="controller.quorum.voters",
@@ -462,6 +496,30 @@ class BrokerConfig(BaseModel):
                 parse_node_id(item)
             except IdentityError as exc:
                 raise ValueError(f"{item!r}: {exc}") from None
+        return v
+
+    @field_validator("mesh_cluster_public_key")
+    @classmethod
+    def _cluster_key(cls, v: str) -> str:
+        from eddy.mesh.membership import MembershipError, parse_public_key
+
+        if v.strip():
+            try:
+                parse_public_key(v)
+            except MembershipError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("mesh_membership_file")
+    @classmethod
+    def _membership_file(cls, v: str | None) -> str | None:
+        from eddy.mesh.membership import MembershipError, read_token_file
+
+        if v is not None and v.strip():
+            try:
+                read_token_file(Path(v.strip()))
+            except MembershipError as exc:
+                raise ValueError(str(exc)) from None
         return v
 
     @field_validator("process_roles")

@@ -37,6 +37,7 @@ from eddy.observe import otel_setup
 from eddy.security.checks import cluster_authorizer
 from eddy.security.servers import cluster_lookup, ensure_bootstrap_user, make_servers
 from eddy.security.settings import authorizer_enabled
+from eddy.security.tls import TlsError
 
 if TYPE_CHECKING:
     from eddy.observe.admin_http import AdminServer
@@ -155,9 +156,12 @@ async def _start_admin(node: Node) -> AdminServer | None:
         return None
     from eddy.observe.admin_http import AdminServer  # aiohttp, only when the listener runs
 
-    admin = AdminServer(address[0], address[1], node)
     try:
+        admin = AdminServer(address[0], address[1], node)
         await admin.start()
+    except TlsError:
+        await stop_node(node)
+        raise
     except OSError as exc:
         if node.config.admin_listener is None:
             _left_out("admin listener", "admin.listener", address, exc)
@@ -194,7 +198,9 @@ async def _start_registry(config: BrokerConfig, broker: Broker | None,
     try:
         registry = await start_registry(address[0], address[1],
                                         f"{served.host}:{served.port}",
-                                        route=cluster_route(broker, mesh))
+                                        route=cluster_route(broker, mesh), broker=broker)
+    except TlsError:
+        raise
     except OSError as exc:
         if config.registry_listener is not None:
             raise

@@ -4,17 +4,21 @@ known once started), keep-alive connections, no access log, closed with a short 
 
 from __future__ import annotations
 
+import ssl
+
 from aiohttp import web
 
 
 class HttpListener:
     def __init__(self, host: str, port: int, app: web.Application, *,
-                 shutdown_timeout_s: float = 5.0) -> None:
+                 shutdown_timeout_s: float = 5.0, ssl_context: ssl.SSLContext | None = None
+                 ) -> None:
         self.host = host
         self.port = port  # the bound port once started (0 asks for any free port)
         self.app = app
         self._shutdown_timeout_s = shutdown_timeout_s
         self._runner: web.AppRunner | None = None
+        self._ssl_context = ssl_context  # HTTPS when set
 
     @property
     def url(self) -> str:
@@ -27,7 +31,8 @@ class HttpListener:
                                shutdown_timeout=self._shutdown_timeout_s)
         await runner.setup()
         try:
-            site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+            site = web.TCPSite(runner, self.host, self.port, reuse_address=True,
+                               ssl_context=self._ssl_context)
             await site.start()
         except BaseException:
             await runner.cleanup()

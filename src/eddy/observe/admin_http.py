@@ -9,6 +9,13 @@ aiohttp and the node's event loop:
 - ``/`` and ``/console/...``: the web console (``eddy.observe.console``);
 - any other path 404, another method on a known path 405 (JSON bodies).
 
+Security (``eddy.security.http_auth``, from the node's config): HTTPS with the Kafka
+listeners' PEM material (``admin.ssl.enabled``), HTTP basic auth against the cluster's users
+(``admin.authentication.method=BASIC``: 401 with ``WWW-Authenticate`` without valid
+credentials); when the node has an authorizer, everything but the health checks (the
+metrics, the console, any other path) needs DESCRIBE on the cluster (403 otherwise). The
+health checks stay open to probes without credentials.
+
 Readiness (``readiness``): the broker's logs are recovered (``Broker.load``, which runs
 before any listener starts, so a listening node has them) and, on a cluster (metadata in
 Raft), this node's metadata is caught up: the broker is registered with the controller
@@ -26,9 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from eddy.http.listener import HttpListener
+from eddy.http.tls_listener import TlsHttpListener
 from eddy.observe.console import mount as mount_console
 from eddy.observe.metrics import wants_openmetrics
+from eddy.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from eddy.security.http_auth import auth_middleware, caller_of, denied_message, http_security
 
 if TYPE_CHECKING:
     from eddy.node import Node
@@ -38,6 +47,8 @@ log = logging.getLogger("eddy.admin")
 #: requests are GETs: a body is never read, and anything larger is refused by aiohttp
 MAX_BODY = 64 * 1024
 JSON = "application/json"
+#: the paths served without authentication (probes)
+OPEN_PATHS = frozenset({"/health/live", "/health/ready"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -107,14 +118,33 @@ async def _admin_middleware(request: web.Request, handler: Handler) -> web.Strea
         return json_response({"error": "Internal Server Error"}, 500)
 
 
-class AdminServer(HttpListener):
-    """The admin listener of ``node`` (a node with a broker) on the running event loop."""
+def _refusal(status: int, message: str) -> web.Response:
+    return json_response({"error": message}, status)
+
+
+@web.middleware
+async def _cluster_describe(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Everything but the health checks needs DESCRIBE on the cluster."""
+    caller = caller_of(request)
+    if request.path not in OPEN_PATHS and caller is not None and not caller.allowed(
+            AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return _refusal(403, denied_message(AclOperation.DESCRIBE, ResourceType.CLUSTER,
+                                            CLUSTER_NAME))
+    return await handler(request)
+
+
+class AdminServer(TlsHttpListener):
+    """The admin listener of ``node`` (a node with a broker) on the running event loop.
+    TlsError when admin.ssl.enabled is set and the PEM material does not load."""
 
     def __init__(self, host: str, port: int, node: Node) -> None:
         if node.broker is None:
             raise ValueError("node: the admin listener needs a node with the broker role")
-        app = web.Application(middlewares=[_admin_middleware], client_max_size=MAX_BODY)
-        super().__init__(host, port, app)
+        self.security = http_security("admin", node.config, node.broker)
+        app = web.Application(middlewares=[
+            auth_middleware(self.security, _refusal, OPEN_PATHS), _cluster_describe,
+            _admin_middleware], client_max_size=MAX_BODY)
+        super().__init__(host, port, app, self.security.tls)
         self.node = node
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/health/live", self._live)

@@ -9,6 +9,10 @@ shapes, nothing added). Parameters are read as JAX-RS reads them: booleans with
 answers Jersey's ``404 HTTP 404 Not Found``, as Confluent does. Subjects arrive URL-decoded in
 ``match_info`` (``a%2Fb`` is the subject ``a/b``).
 
+When the node has an authorizer, each route is checked by its ``access.Rule`` before its
+handler runs (so before a body is read), and the routes listing subjects keep only the
+subjects the caller may read (``access``).
+
 Paths Confluent has but this registry does not serve (``/associations``, ``/dek-registry``,
 ...) answer 404 like any unknown path: confluent-kafka's default subject-name strategy relies
 on that 404.
@@ -25,6 +29,7 @@ from typing import TypeVar
 
 from aiohttp import web
 
+from eddy.registry.access import Rule, check, readable
 from eddy.registry.contract import RegistryError
 from eddy.registry.http_server import SCHEMA_REGISTRY_V1_JSON, json_response, query_bool, read_json
 from eddy.registry.requests import SchemaRequest
@@ -103,11 +108,14 @@ class RegistryApi:
     # -- /schemas --------------------------------------------------------------------------------
 
     async def list_schemas(self, request: web.Request) -> web.Response:
-        """GET /schemas?subjectPrefix&deleted&latestOnly&offset&limit."""
-        return json_response(await self.service.list_schemas(
+        """GET /schemas?subjectPrefix&deleted&latestOnly&offset&limit: of the subjects the
+        caller may read."""
+        found = await self.service.list_schemas(
             query_str(request, "subjectPrefix"), query_bool(request, "deleted"),
-            query_bool(request, "latestOnly"), max(query_int(request, "offset", 0), 0),
-            query_int(request, "limit", -1)))
+            query_bool(request, "latestOnly"))
+        allowed = readable(request, (item["subject"] for item in found))
+        return json_response(paged([item for item in found if item["subject"] in allowed],
+                                   request))
 
     async def schema_types(self, request: web.Request) -> web.Response:
         """GET /schemas/types."""
@@ -140,14 +148,16 @@ class RegistryApi:
     async def subjects_for_id(self, request: web.Request) -> web.Response:
         """GET /schemas/ids/{id}/subjects?subject&deleted."""
         schema_id = self._schema_id(request)
-        return json_response(await self.service.subjects_for_id(
-            schema_id, query_bool(request, "deleted")))
+        names = await self.service.subjects_for_id(schema_id, query_bool(request, "deleted"))
+        allowed = readable(request, names)
+        return json_response([name for name in names if name in allowed])
 
     async def versions_for_id(self, request: web.Request) -> web.Response:
         """GET /schemas/ids/{id}/versions?subject&deleted."""
         schema_id = self._schema_id(request)
-        return json_response(await self.service.versions_for_id(
-            schema_id, query_bool(request, "deleted")))
+        found = await self.service.versions_for_id(schema_id, query_bool(request, "deleted"))
+        allowed = readable(request, (item["subject"] for item in found))
+        return json_response([item for item in found if item["subject"] in allowed])
 
     # -- /subjects -------------------------------------------------------------------------------
 
@@ -156,7 +166,8 @@ class RegistryApi:
         names = await self.service.list_subjects(
             query_str(request, "subjectPrefix"), query_bool(request, "deleted"),
             query_bool(request, "deletedOnly"))
-        return json_response(paged(names, request))
+        allowed = readable(request, names)
+        return json_response(paged([name for name in names if name in allowed], request))
 
     async def register(self, request: web.Request) -> web.Response:
         """POST /subjects/{subject}/versions?normalize: ``{"id": id}``."""
@@ -278,46 +289,59 @@ class RegistryApi:
 
     # -- the table -------------------------------------------------------------------------------
 
-    def routes(self) -> list[tuple[str, str, RouteHandler]]:
-        """(method, path, handler) for every route, in Confluent's resources' order."""
+    def routes(self) -> list[tuple[str, str, RouteHandler, Rule]]:
+        """(method, path, handler, access rule) for every route, in Confluent's resources'
+        order."""
         subject = "/subjects/{subject}"
         version = subject + "/versions/{version}"
         ids = "/schemas/ids/{id}"
+        any_, read, write, listed = Rule.ANY, Rule.READ, Rule.WRITE, Rule.LISTED
+        config_read, config_write = Rule.CONFIG_READ, Rule.CONFIG_WRITE
         return [
-            ("GET", "/schemas", self.list_schemas),
-            ("GET", "/schemas/types", self.schema_types),
-            ("GET", ids, self.schema_by_id),
-            ("GET", ids + "/schema", self.schema_text_by_id),
-            ("GET", ids + "/subjects", self.subjects_for_id),
-            ("GET", ids + "/versions", self.versions_for_id),
-            ("GET", "/schemas/guids/{guid}", self.schema_by_guid),
-            ("GET", "/schemas/guids/{guid}/ids", self.ids_for_guid),
-            ("GET", "/subjects", self.list_subjects),
-            ("POST", subject, self.lookup),
-            ("DELETE", subject, self.delete_subject),
-            ("GET", subject + "/versions", self.list_versions),
-            ("GET", subject + "/metadata", self.latest_with_metadata),
-            ("POST", subject + "/versions", self.register),
-            ("GET", version, self.get_version),
-            ("DELETE", version, self.delete_version),
-            ("GET", version + "/schema", self.get_version_schema),
-            ("GET", version + "/referencedby", self.referenced_by),
-            ("POST", "/compatibility" + version, self.compatibility_version),
-            ("POST", "/compatibility" + subject + "/versions", self.compatibility_all),
-            ("GET", "/config", self.get_config),
-            ("PUT", "/config", self.set_config),
-            ("DELETE", "/config", self.delete_config),
-            ("GET", "/config/{subject}", self.get_config),
-            ("PUT", "/config/{subject}", self.set_config),
-            ("DELETE", "/config/{subject}", self.delete_config),
-            ("GET", "/mode", self.get_mode),
-            ("PUT", "/mode", self.set_mode),
-            ("DELETE", "/mode", self.delete_mode),
-            ("GET", "/mode/{subject}", self.get_mode),
-            ("PUT", "/mode/{subject}", self.set_mode),
-            ("DELETE", "/mode/{subject}", self.delete_mode),
-            ("GET", "/contexts", self.contexts),
+            ("GET", "/schemas", self.list_schemas, listed),
+            ("GET", "/schemas/types", self.schema_types, any_),
+            ("GET", ids, self.schema_by_id, any_),
+            ("GET", ids + "/schema", self.schema_text_by_id, any_),
+            ("GET", ids + "/subjects", self.subjects_for_id, listed),
+            ("GET", ids + "/versions", self.versions_for_id, listed),
+            ("GET", "/schemas/guids/{guid}", self.schema_by_guid, any_),
+            ("GET", "/schemas/guids/{guid}/ids", self.ids_for_guid, any_),
+            ("GET", "/subjects", self.list_subjects, listed),
+            ("POST", subject, self.lookup, read),
+            ("DELETE", subject, self.delete_subject, write),
+            ("GET", subject + "/versions", self.list_versions, read),
+            ("GET", subject + "/metadata", self.latest_with_metadata, read),
+            ("POST", subject + "/versions", self.register, write),
+            ("GET", version, self.get_version, read),
+            ("DELETE", version, self.delete_version, write),
+            ("GET", version + "/schema", self.get_version_schema, read),
+            ("GET", version + "/referencedby", self.referenced_by, read),
+            ("POST", "/compatibility" + version, self.compatibility_version, read),
+            ("POST", "/compatibility" + subject + "/versions", self.compatibility_all, read),
+            ("GET", "/config", self.get_config, config_read),
+            ("PUT", "/config", self.set_config, config_write),
+            ("DELETE", "/config", self.delete_config, config_write),
+            ("GET", "/config/{subject}", self.get_config, config_read),
+            ("PUT", "/config/{subject}", self.set_config, config_write),
+            ("DELETE", "/config/{subject}", self.delete_config, config_write),
+            ("GET", "/mode", self.get_mode, config_read),
+            ("PUT", "/mode", self.set_mode, config_write),
+            ("DELETE", "/mode", self.delete_mode, config_write),
+            ("GET", "/mode/{subject}", self.get_mode, config_read),
+            ("PUT", "/mode/{subject}", self.set_mode, config_write),
+            ("DELETE", "/mode/{subject}", self.delete_mode, config_write),
+            ("GET", "/contexts", self.contexts, any_),
         ]
+
+
+def guarded(handler: RouteHandler, rule: Rule) -> RouteHandler:
+    """``handler`` run once the caller passes ``rule`` (403 otherwise)."""
+
+    async def run(request: web.Request) -> web.Response:
+        check(request, rule)
+        return await handler(request)
+
+    return run
 
 
 def add_api_routes(app: web.Application, service: object) -> None:
@@ -325,5 +349,5 @@ def add_api_routes(app: web.Application, service: object) -> None:
     if not isinstance(service, RegistryService):
         raise TypeError(f"a RegistryService is needed, not {type(service).__name__}")
     api = RegistryApi(service)
-    for method, path, handler in api.routes():
-        app.router.add_route(method, path, handler)
+    for method, path, handler, rule in api.routes():
+        app.router.add_route(method, path, guarded(handler, rule))

@@ -9,6 +9,12 @@ knows no leader yet.
 On a cluster (a broker with ``broker.cluster`` and the mesh), writes run on the node leading
 ``_schemas`` and the others forward theirs to it (``forwarding``); ``write_handler`` answers
 the forwarded writes, registered by the node under ``TAG_REGISTRY``.
+
+With the node's broker (``broker``; on a cluster it is also the route's), the listener takes
+its security from the node's config (``eddy.security.http_auth``): HTTPS with the Kafka
+listeners' PEM material (``registry.ssl.enabled``), HTTP basic auth against the cluster's
+users (``registry.authentication.method=BASIC``), refusals in Confluent's shape (401 40101,
+429 42901), and, when the node has an authorizer, the ACLs (``access``: 403 40301).
 """
 
 from __future__ import annotations
@@ -16,16 +22,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from eddy.http.tls_listener import TlsHttpListener
 from eddy.registry.cluster_route import ClusterRoute
 from eddy.registry.contract import UNKNOWN_LEADER, RegistryError
 from eddy.registry.forwarding import ForwardingService, WriteHandler
 from eddy.registry.http_routes import add_routes
-from eddy.registry.http_server import Handler, RegistryServer
+from eddy.registry.http_server import Handler, error_response, make_app
 from eddy.registry.kafka_log import KafkaSchemaLog, SchemaTopicError
 from eddy.registry.state import SchemaState
+from eddy.security.http_auth import HttpSecurity, auth_middleware, http_security
+
+if TYPE_CHECKING:
+    from eddy.broker.broker import Broker
 
 log = logging.getLogger("eddy.registry")
 
@@ -37,15 +49,18 @@ class RegistryRole:
     """The running registry of a node."""
 
     def __init__(self, host: str, port: int, bootstrap: str, *,
-                 route: ClusterRoute | None = None) -> None:
+                 route: ClusterRoute | None = None,
+                 security: HttpSecurity | None = None) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self.ready = asyncio.Event()
         state = SchemaState()
         self.log = KafkaSchemaLog(bootstrap, state.apply)
         self.route = route
         self.service = ForwardingService(self.log, state, route,
                                          lambda: self.log.applied_offset)
-        self.server = RegistryServer(host, port, self._add_routes)
+        self.server = TlsHttpListener(host, port, make_app(self._add_routes),
+                                      security.tls if security is not None else None)
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -55,6 +70,8 @@ class RegistryRole:
     def _add_routes(self, app: web.Application) -> None:
         add_routes(app, self.service)
         app.middlewares.append(self._gate)
+        if self.security is not None:  # first: refusals before routing and negotiation
+            app.middlewares.insert(0, auth_middleware(self.security, _refusal))
 
     @web.middleware
     async def _gate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -112,10 +129,22 @@ class RegistryRole:
         await self.log.stop()
 
 
+def _refusal(status: int, message: str) -> web.Response:
+    """Confluent's error body for 401 (40101), 403 (40301), 429 (42901)."""
+    return error_response(status, status * 100 + 1, message)
+
+
 async def start_registry(host: str, port: int, bootstrap: str, *,
-                         route: ClusterRoute | None = None) -> RegistryRole:
+                         route: ClusterRoute | None = None,
+                         broker: Broker | None = None) -> RegistryRole:
     """A node's registry on HOST:PORT (0: any free port), a client of ``bootstrap``; its
-    writes through ``route`` (None: outside a cluster, all here)."""
-    role = RegistryRole(host, port, bootstrap, route=route)
+    writes through ``route`` (None: outside a cluster, all here); its security from the
+    config of ``broker`` (by default the route's; none: plain HTTP, no authentication).
+    TlsError when registry.ssl.enabled is set and the PEM material does not load."""
+    if broker is None and route is not None:
+        broker = route.broker
+    security = (http_security("registry", broker.config, broker)
+                if broker is not None else None)
+    role = RegistryRole(host, port, bootstrap, route=route, security=security)
     await role.start()
     return role

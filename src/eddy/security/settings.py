@@ -11,12 +11,15 @@ from eddy.security.listeners import resolve_listeners
 if TYPE_CHECKING:
     from eddy.config import BrokerConfig
 
-__all__ = ["AUTHORIZERS", "CLIENT_AUTH", "MECHANISMS", "authorizer_enabled", "bootstrap_user",
-           "check_security", "mechanisms"]
+__all__ = ["AUTHORIZERS", "CLIENT_AUTH", "HTTP_AUTHENTICATION_METHODS", "MECHANISMS",
+           "authorizer_enabled", "bootstrap_user", "check_security",
+           "http_authentication_method", "mechanisms"]
 
 #: the SASL mechanisms Eddy serves
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 CLIENT_AUTH = ("none", "requested", "required")
+#: registry.authentication.method / admin.authentication.method (Confluent's names)
+HTTP_AUTHENTICATION_METHODS = ("NONE", "BASIC")
 #: authorizer.class.name values that turn Eddy's ACL authorizer on (Kafka's names too, so a
 #: Kafka server.properties works unchanged)
 AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -43,6 +46,25 @@ def bootstrap_user(value: str) -> tuple[str, str]:
     if not sep or not name.strip() or not password:
         raise ValueError("sasl.bootstrap.user: expected NAME:PASSWORD with both non-empty")
     return name.strip(), password
+
+
+def http_authentication_method(value: str, setting: str) -> str:
+    """registry/admin.authentication.method, upper-cased, checked."""
+    method = value.strip().upper()
+    if method not in HTTP_AUTHENTICATION_METHODS:
+        raise ValueError(f"{setting}: expected one of {', '.join(HTTP_AUTHENTICATION_METHODS)}, "
+                         f"got {value!r}")
+    return method
+
+
+def _check_http_authentication(config: BrokerConfig, http: str) -> None:
+    setting = f"{http}.authentication.method"
+    method = http_authentication_method(getattr(config, f"{http}_authentication_method"),
+                                        setting)
+    if method == "BASIC" and not config.clustered:
+        raise ValueError(f"{setting}=BASIC: the users' credentials live in the cluster's "
+                         "metadata and this node has no controller quorum (leave "
+                         "process.roles unset to run as a cluster of one)")
 
 
 def check_security(config: BrokerConfig) -> None:
@@ -72,12 +94,16 @@ def check_security(config: BrokerConfig) -> None:
                          "ACLs live in a cluster's metadata, which a gateway does not follow)")
     if config.sasl_bootstrap_user is not None:
         bootstrap_user(config.sasl_bootstrap_user.get_secret_value())
-    tls = [s.name for s in specs if s.tls]
+    for http in ("registry", "admin"):
+        _check_http_authentication(config, http)
+    tls = [f"listener {s.name}" for s in specs if s.tls]
+    tls += [f"{http}.ssl.enabled" for http, on in (("registry", config.registry_ssl_enabled),
+                                                   ("admin", config.admin_ssl_enabled)) if on]
     if tls:
         has_chain = config.ssl_keystore_certificate_chain is not None
         has_key = config.ssl_keystore_key is not None
         if config.ssl_keystore_location is None and not (has_chain and has_key):
-            raise ValueError(f"listener {tls[0]} uses TLS: set ssl.keystore.location (a PEM "
+            raise ValueError(f"{tls[0]} uses TLS: set ssl.keystore.location (a PEM "
                              "file with key and chain) or both ssl.keystore.certificate.chain "
                              "and ssl.keystore.key")
         if has_chain != has_key:
