@@ -5,7 +5,8 @@ bench.fuzz.mesh_decoders --seconds 10 [--seed N] [--json out.json]`.
 (``parse_frame``) and fed in chunks (``FrameReader``; the first byte picks the chunk size),
 and each mesh message is decoded from them with postcard (``Hello``, ``Pong``, the whole
 ``PingFrame`` enum, ``KafkaOpRequest``, ``KafkaOpResponse``, ``Pointer``, ``PullResponse``),
-from the frame's payload when a frame parses and from the raw bytes otherwise. Only
+from the frame's payload when a frame parses and from the raw bytes otherwise; the raw bytes
+are also checked as a peer's certificate and membership token (``membership_target``). Only
 ``FrameError`` and ``PostcardError`` are documented; anything else escaping is a finding,
 and so is a decoded value that does not re-encode to exactly the bytes it came from
 (postcard's decoder is meant to accept canonical encodings only).
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from bench.fuzz.membership_target import check_membership, membership_seeds
 from eddy.broker.txn_raft import pending_key, split, txn_key
 from eddy.cluster.controller_rpc import (
     ControllerReply,
@@ -204,6 +206,7 @@ def check_input(data: bytes) -> None:
             raise NotCanonical(f"frame {data.hex()} re-encodes as {again.hex()}")
     for tp in MESSAGES:
         _decode(tp, body)
+    check_membership(data)  # a peer's certificate and its membership token (issue 16)
 
 
 # -- seeds and mutations -----------------------------------------------------------------------
@@ -255,7 +258,7 @@ def seed_inputs() -> list[bytes]:
         payload = postcard.encode(msg)
         out += [payload, encode_frame(tag, payload), encode_frame(tag, payload, TRACE)]
     out.append(encode_frame(0x95, b"\x01"))
-    return out
+    return out + membership_seeds()
 
 
 INTERESTING = [0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF, 0xFE]

@@ -42,8 +42,8 @@ MeshOpt = Annotated[
     typer.Option("--mesh", "-m", envvar="EDDY_MESH",
                  help="a node's mesh listener HOST:PORT (its `mesh.listener`): show the mesh "
                  "as that node knows it. The tool dials with a throwaway key, or with the "
-                 "key in the directory EDDY_MESH_IDENTITY (for nodes limited by "
-                 "mesh.allowed.nodes)"),
+                 "key (and node.membership) in the directory EDDY_MESH_IDENTITY (for nodes "
+                 "limited by mesh.allowed.nodes or mesh.cluster.public.key)"),
 ]
 
 cluster_app = typer.Typer(help="Inspect the cluster.", no_args_is_help=True)

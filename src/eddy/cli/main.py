@@ -57,9 +57,15 @@ def serve(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     from eddy.broker.runtime import run
+    from eddy.mesh.identity import IdentityError
+    from eddy.mesh.membership import MembershipError
+    from eddy.security.tls import TlsError
 
     try:
         run(config)
+    except (TlsError, IdentityError, MembershipError) as exc:  # they name the setting
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     except OSError as exc:
         typer.echo(f"error: cannot start: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -75,6 +81,7 @@ def _register() -> None:
     from eddy.cli.connect import connect_app
     from eddy.cli.consume import consume
     from eddy.cli.group import group_app
+    from eddy.cli.mesh_keys import mesh_app
     from eddy.cli.produce import produce
     from eddy.cli.registry import registry_app
     from eddy.cli.topic import topic_app
@@ -91,6 +98,7 @@ def _register() -> None:
     app.add_typer(connect_app, name="connect")
     app.add_typer(registry_app, name="registry")
     app.add_typer(user_app, name="user")
+    app.add_typer(mesh_app, name="mesh")
 
 
 _register()

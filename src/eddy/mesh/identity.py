@@ -7,7 +7,8 @@ that does not parse as an Ed25519 key, stops the node with an `IdentityError` sa
 
 On the wire a node shows a self-signed X.509 certificate made from that key; peers take the
 NodeId from the certificate's public key after checking the self-signature (`peer_node_id`).
-There is no CA: trust is the key itself (an expected NodeId, or an allow-list).
+There is no CA: trust is the key itself (an expected NodeId, an allow-list, or a membership
+token signed by the cluster's key carried in the certificate: `eddy.mesh.membership`).
 """
 
 from __future__ import annotations
@@ -98,14 +99,17 @@ def peer_node_id(cert: x509.Certificate) -> bytes:
         raise IdentityError(
             f"peer certificate: key is {type(key).__name__}, expected Ed25519"
         )
-    if cert.signature_algorithm_oid != SignatureAlgorithmOID.ED25519:
-        raise IdentityError("peer certificate: not signed with Ed25519")
-    if cert.issuer != cert.subject:
-        raise IdentityError("peer certificate: not self-issued (issuer differs from subject)")
-    try:
+    try:  # cryptography parses fields lazily: a malformed one raises ValueError here
+        if cert.signature_algorithm_oid != SignatureAlgorithmOID.ED25519:
+            raise IdentityError("peer certificate: not signed with Ed25519")
+        if cert.issuer != cert.subject:
+            raise IdentityError(
+                "peer certificate: not self-issued (issuer differs from subject)")
         key.verify(cert.signature, cert.tbs_certificate_bytes)
     except InvalidSignature:
         raise IdentityError("peer certificate: not signed by its own key") from None
+    except ValueError as exc:
+        raise IdentityError(f"peer certificate: malformed ({exc})") from None
     return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
@@ -117,7 +121,7 @@ class NodeIdentity:
         self.node_id: bytes = private_key.public_key().public_bytes(
             serialization.Encoding.Raw, serialization.PublicFormat.Raw
         )
-        self._cert: x509.Certificate | None = None
+        self._certs: dict[bytes | None, x509.Certificate] = {}
 
     @classmethod
     def generate(cls) -> NodeIdentity:
@@ -139,12 +143,17 @@ class NodeIdentity:
     def short(self) -> str:
         return short(self.node_id)
 
-    def certificate(self) -> x509.Certificate:
-        """Self-signed, subject CN = base32 NodeId, valid from a day ago for 100 years."""
-        if self._cert is None:
+    def certificate(self, extension: x509.UnrecognizedExtension | None = None
+                    ) -> x509.Certificate:
+        """Self-signed, subject CN = base32 NodeId, valid from a day ago for 100 years; with
+        `extension` (non-critical) when given: the membership token (eddy.mesh.membership)."""
+        key = None if extension is None else extension.oid.dotted_string.encode() + (
+            b"=" + extension.value)
+        cert = self._certs.get(key)
+        if cert is None:
             now = datetime.datetime.now(datetime.UTC)
             name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, self.to_base32())])
-            self._cert = (
+            builder = (
                 x509.CertificateBuilder()
                 .subject_name(name)
                 .issuer_name(name)
@@ -152,9 +161,11 @@ class NodeIdentity:
                 .serial_number(secrets.randbits(159) | 1)
                 .not_valid_before(now - datetime.timedelta(days=1))
                 .not_valid_after(now + datetime.timedelta(days=36525))
-                .sign(self.private_key, algorithm=None)
             )
-        return self._cert
+            if extension is not None:
+                builder = builder.add_extension(extension, critical=False)
+            cert = self._certs[key] = builder.sign(self.private_key, algorithm=None)
+        return cert
 
 
 def _create_key_file(directory: Path, path: Path) -> None:

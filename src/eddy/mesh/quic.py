@@ -7,7 +7,9 @@ to an address we already have a connection with (in either direction) is recogni
 
 Both sides present a self-signed Ed25519 certificate (the server requests the client's) and
 we verify the peer ourselves once the handshake completes: the NodeId is the certificate's
-key, checked against the dialled NodeId and the allow-list. A client treats a connection as
+key, checked against the dialled NodeId and the allow-list, or, with the cluster's public
+key configured, a membership token for it in the certificate (`eddy.mesh.membership`;
+a connection admitted by a token is closed when the token expires). A client treats a connection as
 up only once the server confirmed the handshake (HANDSHAKE_DONE), which a server refusing it
 never sends.
 
@@ -31,8 +33,10 @@ import socket
 import ssl
 
 from aioquic.quic.configuration import QuicConfiguration
+from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from eddy.mesh.identity import NodeIdentity, short
+from eddy.mesh.membership import MembershipToken, extension
 from eddy.mesh.quic_dial import MeshDialer, _check_expected
 from eddy.mesh.quic_endpoint import (
     CID_LENGTH,
@@ -79,6 +83,8 @@ class MeshTransport(MeshDialer):
         port: int,
         *,
         allowed: frozenset[bytes] | None = None,
+        cluster_key: ed25519.Ed25519PublicKey | None = None,
+        membership: MembershipToken | None = None,
         on_request: RequestHandler,
         on_message: MessageHandler,
         on_peer_up: PeerUpHandler | None = None,
@@ -95,6 +101,8 @@ class MeshTransport(MeshDialer):
         self.node_id = identity.node_id
         self.host, self.port = host, port
         self.allowed = allowed
+        self.cluster_key = cluster_key
+        self.membership = membership
         self._on_request = on_request
         self._on_message = on_message
         self._on_peer_up = on_peer_up
@@ -133,7 +141,8 @@ class MeshTransport(MeshDialer):
             max_data=4 * MIB,
             max_stream_data=MIB,
             verify_mode=ssl.CERT_NONE,  # no CA: the peer's key is checked after the handshake
-            certificate=self.identity.certificate(),
+            certificate=self.identity.certificate(
+                None if self.membership is None else extension(self.membership)),
             private_key=self.identity.private_key,
             connection_id_length=CID_LENGTH,
         )

@@ -2,7 +2,8 @@
 (`MeshTransport`'s base, on top of the endpoint `eddy.mesh.quic_endpoint`).
 
 A connection is handed here once its TLS handshake completed: the peer's NodeId is checked
-(not ourselves, the dialled one, in the allow-list), then it becomes the peer's active
+(not ourselves, the dialled one, in the allow-list or carrying a membership token signed by
+the cluster key), then it becomes the peer's active
 connection, or one of two duplicates, of which the one initiated by the smaller NodeId wins
 (the rules are in `eddy.mesh.quic`'s docstring). Peer up/down callbacks are called from here.
 """
@@ -17,8 +18,11 @@ import time
 from typing import TYPE_CHECKING, cast
 
 from aioquic.quic.configuration import QuicConfiguration
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from eddy.mesh.identity import short
+from eddy.mesh.membership import MembershipError, admitted_until
 from eddy.mesh.quic_endpoint import (
     MeshEndpoint,
     PeerDownHandler,
@@ -47,6 +51,7 @@ class MeshDialer(MeshEndpoint):
 
     node_id: bytes
     allowed: frozenset[bytes] | None
+    cluster_key: ed25519.Ed25519PublicKey | None
     _on_peer_up: PeerUpHandler | None
     _on_peer_down: PeerDownHandler | None
     _client_config: QuicConfiguration
@@ -82,7 +87,8 @@ class MeshDialer(MeshEndpoint):
 
     # --- callbacks from MeshConnection: the peer's identity, duplicates ------------------
 
-    def _check_peer(self, conn: MeshConnection, peer: bytes) -> tuple[CloseCode, str] | None:
+    def _check_peer(self, conn: MeshConnection, peer: bytes, cert: x509.Certificate
+                    ) -> tuple[CloseCode, str] | None:
         if self._closed:
             return CloseCode.SHUTDOWN, "node shutting down"
         if peer == self.node_id:
@@ -90,8 +96,23 @@ class MeshDialer(MeshEndpoint):
         if conn.expected is not None and peer != conn.expected:
             return (CloseCode.IDENTITY_MISMATCH,
                     f"expected node {short(conn.expected)}, found {short(peer)}")
-        if self.allowed is not None and peer not in self.allowed:
+        return self._admit(conn, peer, cert)
+
+    def _admit(self, conn: MeshConnection, peer: bytes, cert: x509.Certificate
+               ) -> tuple[CloseCode, str] | None:
+        """The allow-list OR a valid membership token (when the cluster key is set)."""
+        if self.allowed is not None and peer in self.allowed:
+            return None
+        if self.cluster_key is None:
+            if self.allowed is None:
+                return None
             return CloseCode.NOT_ALLOWED, f"node {short(peer)} is not in the allow-list"
+        try:
+            conn.admitted_until = admitted_until(cert, self.cluster_key, peer, time.time())
+        except MembershipError as exc:
+            listed = "is not in the allow-list and " if self.allowed is not None else ""
+            return (CloseCode.NOT_ALLOWED,
+                    f"node {short(peer)} {listed}has no valid membership token: {exc}")
         return None
 
     def _refuse(self, conn: MeshConnection, code: CloseCode, reason: str) -> None:

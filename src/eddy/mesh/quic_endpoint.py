@@ -14,6 +14,7 @@ import contextlib
 import ipaddress
 import logging
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, cast
 
@@ -171,9 +172,16 @@ class MeshEndpoint:
         interval = max(self.idle_timeout_s / 3.0, 0.05)
         while True:
             await asyncio.sleep(interval)
+            now = time.time()
             for conn in list(self._conns):
-                if conn.usable():
-                    conn.send_ping()
+                if not conn.usable():
+                    continue
+                if conn.admitted_until is not None and now >= conn.admitted_until:
+                    log.warning("mesh: closing %s: its membership token expired",
+                                conn.label())
+                    conn.close(CloseCode.NOT_ALLOWED, "membership token expired")
+                    continue
+                conn.send_ping()
 
     # --- datagrams in and out ------------------------------------------------------------
 

@@ -1,11 +1,11 @@
 """One mesh QUIC connection: aioquic's `QuicConnection` driven on the transport's UDP socket.
 
 `MeshConnection` owns the per-connection state the transport needs: the peer's verified
-NodeId (checked right after the TLS handshake), our outgoing requests waiting for their
-response, the peer's incoming streams being accumulated (bounded per stream, per connection
-and in number), the handler tasks serving them, and the QUIC timer. It knows nothing of the
-other connections; every decision that involves them (allow-list, duplicates, peer up/down)
-is the transport's (`eddy.mesh.quic`).
+NodeId and admission (checked right after the TLS handshake), our outgoing requests waiting
+for their response, the peer's incoming streams being accumulated (bounded per stream, per
+connection and in number), the handler tasks serving them, and the QUIC timer. It knows
+nothing of the other connections; every decision that involves them (allow-list, membership,
+duplicates, peer up/down) is the transport's (`eddy.mesh.quic`).
 
 Stream handling is `eddy.mesh.quic_streams` (MeshConnection's base); errors, codes and the
 connection state are `eddy.mesh.quic_errors` (re-exported here).
@@ -98,6 +98,8 @@ class MeshConnection(MeshStreams):
         self.is_client = is_client
         self.expected = expected
         self.peer_id: bytes | None = None
+        #: Unix time the peer's membership token expires, when a token admitted it
+        self.admitted_until: float | None = None
         self.state = State.HANDSHAKE
         self.retiring = False
         self.close_code: int | None = None
@@ -246,7 +248,7 @@ class MeshConnection(MeshStreams):
         except IdentityError as exc:
             self.host._refuse(self, CloseCode.BAD_IDENTITY, str(exc))
             return
-        refusal = self.host._check_peer(self, peer)
+        refusal = self.host._check_peer(self, peer, cert)
         if refusal is not None:
             self.peer_id = peer
             self.host._refuse(self, *refusal)

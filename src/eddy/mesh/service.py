@@ -63,6 +63,7 @@ from eddy.mesh.gossip_messages import (
 from eddy.mesh.gossip_node import GossipConfig, GossipNode
 from eddy.mesh.identity import NodeIdentity, parse_node_id
 from eddy.mesh.mdns import MdnsDiscovery
+from eddy.mesh.membership import load_admission
 from eddy.mesh.peers import PeerConfig
 from eddy.mesh.quic import MeshError, MeshTransport
 from eddy.mesh.rpc import MeshRpc
@@ -139,8 +140,12 @@ class MeshService:
         cfg = self.config
         host, port = cfg.mesh_address
         allowed = frozenset(parse_node_id(n) for n in split_list(cfg.mesh_allowed_nodes))
+        cluster_key, membership = load_admission(
+            cfg.mesh_cluster_public_key, cfg.mesh_membership_file, cfg.data_dir, self.key,
+            time.time())
         self.transport = MeshTransport(
-            self.identity, host, port, allowed=allowed or None,
+            self.identity, host, port, allowed=allowed or None, cluster_key=cluster_key,
+            membership=membership,
             on_request=self.rpc.on_request, on_message=self._on_message,
             on_peer_up=self._on_peer_up, on_peer_down=self._on_peer_down,
             max_stream_bytes=MAX_FRAME_BYTES,
