@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
@@ -455,3 +456,28 @@ def render_fields(output: Output, fields: Sequence[tuple[str, Any]], title: str 
     if title:
         con.print(f"[bold]{title}[/bold]")
     con.print(grid)
+
+
+CommandConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--command-config", help="librdkafka properties file (KEY=VALUE lines), "
+                 "e.g. security.protocol, sasl.mechanism, sasl.username, sasl.password"),
+]
+
+
+def read_properties(path: Path) -> list[str]:
+    """KEY=VALUE lines of a properties file (# and ! comments, blank lines skipped)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CliError(f"cannot read --command-config {path}: {exc.strerror or exc}") from None
+    out = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"{path}:{number}: expected KEY=VALUE")
+        out.append(f"{key.strip()}={value.strip()}")
+    return out

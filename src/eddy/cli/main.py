@@ -76,6 +76,7 @@ def serve(
 
 def _register() -> None:
     """The client command groups (each in its own module)."""
+    from eddy.cli.acl import acl_app
     from eddy.cli.cluster import cluster_app
     from eddy.cli.config_cmd import config_app
     from eddy.cli.connect import connect_app
@@ -84,6 +85,7 @@ def _register() -> None:
     from eddy.cli.mesh_keys import mesh_app
     from eddy.cli.produce import produce
     from eddy.cli.registry import registry_app
+    from eddy.cli.role import role_app
     from eddy.cli.topic import topic_app
     from eddy.cli.txn import txn_app
     from eddy.cli.user import user_app
@@ -99,6 +101,8 @@ def _register() -> None:
     app.add_typer(registry_app, name="registry")
     app.add_typer(user_app, name="user")
     app.add_typer(mesh_app, name="mesh")
+    app.add_typer(acl_app, name="acl")
+    app.add_typer(role_app, name="role")
 
 
 _register()

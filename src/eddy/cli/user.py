@@ -26,9 +26,11 @@ from eddy.cli.common import (
     BootstrapOpt,
     ClientConfigOpt,
     CliError,
+    CommandConfigOpt,
     Conn,
     OutputOpt,
     handle_errors,
+    read_properties,
     render_table,
     resolve_output,
     usage_error,
@@ -40,31 +42,6 @@ MECHANISMS = {"SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256,
               "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512}
 NAMES = {v: k for k, v in MECHANISMS.items()}
 DEFAULT_ITERATIONS = 8192
-
-CommandConfigOpt = Annotated[
-    Path | None,
-    typer.Option("--command-config", help="librdkafka properties file (KEY=VALUE lines), "
-                 "e.g. security.protocol, sasl.mechanism, sasl.username, sasl.password"),
-]
-
-
-def read_properties(path: Path) -> list[str]:
-    """KEY=VALUE lines of a properties file (# and ! comments, blank lines skipped)."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise CliError(f"cannot read --command-config {path}: {exc.strerror or exc}") from None
-    out = []
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip():
-            raise CliError(f"{path}:{number}: expected KEY=VALUE")
-        out.append(f"{key.strip()}={value.strip()}")
-    return out
-
 
 def _conn(bootstrap: str, client_config: list[str] | None, command_config: Path | None
           ) -> Conn:
