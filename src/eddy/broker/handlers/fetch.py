@@ -1,4 +1,11 @@
-"""Fetch: byte ranges straight from segment files, with long-polling on min_bytes."""
+"""Fetch: byte ranges straight from segment files, with long-polling on min_bytes.
+
+With an authorizer, as Kafka's KafkaApis: a consumer needs READ on each topic (else its
+partitions are TOPIC_AUTHORIZATION_FAILED, whether or not the topic exists; an unknown topic
+id stays UNKNOWN_TOPIC_ID, ids not being secret); a follower (replica id >= 0) needs
+CLUSTER_ACTION on the cluster, else every partition is TOPIC_AUTHORIZATION_FAILED. The
+refused partitions are answered like any other failed one; the rest keep the zero-copy
+path."""
 
 from __future__ import annotations
 
@@ -18,6 +25,8 @@ from eddy.protocol.fetch_codec import (
     NodeEndpoint,
     encode_fetch_response,
 )
+from eddy.security.acl import AclOperation, ResourceType
+from eddy.security.checks import allowed, cluster_allowed
 
 READ_COMMITTED = 1
 
@@ -60,6 +69,26 @@ def _resolve(broker: Broker, body: Any, version: int) -> list[list[_Wanted]]:
                                getattr(fp, "current_leader_epoch", -1), plog, err))
         topics.append(row)
     return topics
+
+
+def _authorize(broker: Broker, req: Request, topics: list[list[_Wanted]], replica: int
+               ) -> None:
+    """Refuse what the principal may not fetch: one decision per topic (or one for a
+    follower's whole request)."""
+    if replica >= 0:
+        if cluster_allowed(broker, req, AclOperation.CLUSTER_ACTION):
+            return
+        for row in topics:
+            for w in row:
+                w.error, w.plog = ErrorCode.topic_authorization_failed, None
+        return
+    for row in topics:
+        name = row[0].topic if row else None
+        if name is None:  # an empty topic entry, or an unknown id: nothing to reveal
+            continue
+        if not allowed(broker, req, AclOperation.READ, ResourceType.TOPIC, name):
+            for w in row:
+                w.error, w.plog = ErrorCode.topic_authorization_failed, None
 
 
 def replica_id_of(body: Any, version: int) -> int:
@@ -143,6 +172,8 @@ async def _handle(broker: Broker, req: Request) -> Any:
     replica = replica_id_of(body, version)
     read_committed = replica < 0 and getattr(body, "isolation_level", 0) == READ_COMMITTED
     topics = _resolve(broker, body, version)
+    if broker.authorizer is not None:
+        _authorize(broker, req, topics, replica)
     if replica >= 0:
         _follower_fetched(broker, topics, replica)
     results, total = _read_all(broker, topics, body.max_bytes, read_committed, replica >= 0)

@@ -1,7 +1,14 @@
 """Consumer-group APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
 OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete. Each is a thin
 translation between kio's wire types and the sans-IO coordinator (eddy.groups.state),
-wrapped in seed 003's span."""
+wrapped in seed 003's span.
+
+With an authorizer each checks what Kafka's KafkaApis checks, before anything else: READ on
+the group to join, sync, heartbeat, leave and commit (and READ on each committed topic);
+DESCRIBE on the group to fetch offsets (topics it may not DESCRIBE are left out of a
+fetch-all, TOPIC_AUTHORIZATION_FAILED when named) and to describe it; DELETE to delete a
+group or (with READ on each topic) its offsets. ListGroups lists every group to a principal
+that may DESCRIBE the cluster, else the groups it may DESCRIBE."""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ from typing import Any
 
 from eddy.broker.broker import Broker
 from eddy.groups.state import (
+    DescribedGroup,
     HeartbeatResponse,
     JoinGroupResponse,
     LeaveGroupResponse,
@@ -22,9 +30,22 @@ from eddy.observe.tracing import span
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode
+from eddy.security.acl import AclOperation, ResourceType
+from eddy.security.checks import allowed, cluster_allowed, operations
 
 _NO_TIME = datetime.timedelta(0)
 NO_OPS = -2147483648
+READ, DESCRIBE, DELETE = AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE
+GROUP_DENIED = ErrorCode.group_authorization_failed
+TOPIC_DENIED = ErrorCode.topic_authorization_failed
+
+
+def group_allowed(broker: Broker, req: Request, op: AclOperation, group_id: str) -> bool:
+    return broker.authorizer is None or allowed(broker, req, op, ResourceType.GROUP, group_id)
+
+
+def topic_allowed(broker: Broker, req: Request, op: AclOperation, topic: str) -> bool:
+    return broker.authorizer is None or allowed(broker, req, op, ResourceType.TOPIC, topic)
 
 
 def moved(broker: Broker, group_id: str) -> bool:
@@ -47,6 +68,8 @@ async def join_group(broker: Broker, req: Request) -> Any:
     svc = broker.groups
     with span("eddy.broker.group.join", group_id=b.group_id) as s:
         session_ms = _ms(b.session_timeout)
+        if not group_allowed(broker, req, READ, b.group_id):
+            return _join_response(req, JoinGroupResponse(GROUP_DENIED, member_id=b.member_id))
         if moved(broker, b.group_id):
             return _join_response(req, JoinGroupResponse(ErrorCode.not_coordinator))
         step = svc.coordinator.join_group(
@@ -97,6 +120,8 @@ async def sync_group(broker: Broker, req: Request) -> Any:
     b = req.body
     svc = broker.groups
     with span("eddy.broker.group.sync", group_id=b.group_id):
+        if not group_allowed(broker, req, READ, b.group_id):
+            return _sync_response(req, SyncGroupResponse(GROUP_DENIED))
         if moved(broker, b.group_id):
             return _sync_response(req, SyncGroupResponse(ErrorCode.not_coordinator))
         step = svc.coordinator.sync_group(
@@ -124,7 +149,8 @@ async def heartbeat(broker: Broker, req: Request) -> Any:
     b = req.body
     svc = broker.groups
     with span("eddy.broker.group.heartbeat", group_id=b.group_id):
-        r = HeartbeatResponse(ErrorCode.not_coordinator) if moved(broker, b.group_id) \
+        r = HeartbeatResponse(GROUP_DENIED) if not group_allowed(broker, req, READ, b.group_id) \
+            else HeartbeatResponse(ErrorCode.not_coordinator) if moved(broker, b.group_id) \
             else await svc.call(svc.coordinator.heartbeat(
             svc.now(), group_id=b.group_id, generation_id=b.generation_id,
             member_id=b.member_id, group_instance_id=getattr(b, "group_instance_id", None)))
@@ -140,7 +166,8 @@ async def leave_group(broker: Broker, req: Request) -> Any:
     else:
         members = [(b.member_id, None)]
     with span("eddy.broker.group.leave", group_id=b.group_id):
-        r = LeaveGroupResponse(ErrorCode.not_coordinator) if moved(broker, b.group_id) \
+        r = LeaveGroupResponse(GROUP_DENIED) if not group_allowed(broker, req, READ, b.group_id) \
+            else LeaveGroupResponse(ErrorCode.not_coordinator) if moved(broker, b.group_id) \
             else await svc.call(svc.coordinator.leave_group(svc.now(), group_id=b.group_id,
                                                             members=members))
     mod = response_module(ApiKey.LEAVE_GROUP, req.api_version)
@@ -164,7 +191,11 @@ async def offset_commit(broker: Broker, req: Request) -> Any:
     svc = broker.groups
     entries: list[OffsetCommitEntry] = []
     errors: dict[tuple[str, int], ErrorCode] = {}
-    for t in b.topics:
+    group_ok = group_allowed(broker, req, READ, b.group_id)
+    for t in b.topics if group_ok else ():
+        if not topic_allowed(broker, req, READ, t.name):
+            errors.update({(t.name, p.partition_index): TOPIC_DENIED for p in t.partitions})
+            continue
         count = broker.partition_count(t.name)
         for p in t.partitions:
             if count is None or not 0 <= p.partition_index < count:
@@ -177,10 +208,14 @@ async def offset_commit(broker: Broker, req: Request) -> Any:
             ))
     with span("eddy.broker.group.offset-commit", group_id=b.group_id):
         retention = getattr(b, "retention_time", -1)
-        if moved(broker, b.group_id):
-            errors = {(t.name, p.partition_index): ErrorCode.not_coordinator
+        if not group_ok:
+            errors = {(t.name, p.partition_index): GROUP_DENIED
                       for t in b.topics for p in t.partitions}
-        else:
+        elif moved(broker, b.group_id):
+            errors = {(t.name, p.partition_index): ErrorCode.not_coordinator
+                      if errors.get((t.name, p.partition_index)) != TOPIC_DENIED else TOPIC_DENIED
+                      for t in b.topics for p in t.partitions}
+        elif entries or TOPIC_DENIED not in errors.values():  # Kafka: none allowed, no call
             r = await svc.call(svc.coordinator.commit_offsets(
                 svc.now(), group_id=b.group_id, offsets=entries,
                 generation_id=b.generation_id_or_member_epoch, member_id=b.member_id,
@@ -203,17 +238,33 @@ async def offset_commit(broker: Broker, req: Request) -> Any:
     )
 
 
-def _fetch_group(broker: Broker, group_id: str, topics: Any, current: bool
+def _no_offset(topic: str, partition: int, code: ErrorCode) -> OffsetFetchPartition:
+    return OffsetFetchPartition(topic, partition, -1, -1, "", code)
+
+
+def _fetch_group(broker: Broker, req: Request, group_id: str, topics: Any, current: bool
                  ) -> tuple[ErrorCode, dict[str, list[OffsetFetchPartition]]]:
+    if not group_allowed(broker, req, DESCRIBE, group_id):
+        if req.api_version < 2 and topics:  # no group error field: on each partition
+            return GROUP_DENIED, {t.name: [_no_offset(t.name, p, GROUP_DENIED)
+                                           for p in t.partition_indexes] for t in topics}
+        return GROUP_DENIED, {}
+    denied = [] if topics is None else [t for t in topics
+                                        if not topic_allowed(broker, req, DESCRIBE, t.name)]
+    refused = {t.name for t in denied}
     wanted = None if topics is None else [
-        (t.name, p) for t in topics for p in t.partition_indexes
+        (t.name, p) for t in topics if t.name not in refused for p in t.partition_indexes
     ]
     if not current or moved(broker, group_id):
         return ErrorCode.not_coordinator, {}
     r = broker.groups.coordinator.fetch_offsets(group_id, wanted)
     by_topic: dict[str, list[OffsetFetchPartition]] = defaultdict(list)
     for p in r.partitions:
-        by_topic[p.topic].append(p)
+        # fetch-all: the topics it may not DESCRIBE are left out, as Kafka
+        if topics is not None or topic_allowed(broker, req, DESCRIBE, p.topic):
+            by_topic[p.topic].append(p)
+    for t in denied:
+        by_topic[t.name].extend(_no_offset(t.name, p, TOPIC_DENIED) for p in t.partition_indexes)
     return r.error_code, by_topic
 
 
@@ -245,14 +296,14 @@ async def offset_fetch(broker: Broker, req: Request) -> Any:
         groups = []
         for g in b.groups:
             with span("eddy.broker.group.offset-fetch", group_id=g.group_id):
-                code, by_topic = _fetch_group(broker, g.group_id, g.topics, current)
+                code, by_topic = _fetch_group(broker, req, g.group_id, g.topics, current)
             groups.append(build(
                 mod.OffsetFetchResponseGroup, group_id=g.group_id, error_code=code,
                 topics=_fetch_topics(mod.OffsetFetchResponseTopics,
                                      mod.OffsetFetchResponsePartitions, by_topic)))
         return build(mod.OffsetFetchResponse, throttle_time=_NO_TIME, groups=tuple(groups))
     with span("eddy.broker.group.offset-fetch", group_id=b.group_id):
-        code, by_topic = _fetch_group(broker, b.group_id, b.topics, current)
+        code, by_topic = _fetch_group(broker, req, b.group_id, b.topics, current)
     return build(
         mod.OffsetFetchResponse,
         throttle_time=_NO_TIME,
@@ -267,6 +318,7 @@ async def list_groups(broker: Broker, req: Request) -> Any:
     r = broker.groups.coordinator.list_groups(
         tuple(getattr(b, "states_filter", ()) or ()), tuple(getattr(b, "types_filter", ()) or ())
     )
+    everything = broker.authorizer is None or cluster_allowed(broker, req, DESCRIBE)
     mod = response_module(ApiKey.LIST_GROUPS, req.api_version)
     return build(
         mod.ListGroupsResponse, throttle_time=_NO_TIME, error_code=r.error_code,
@@ -274,6 +326,7 @@ async def list_groups(broker: Broker, req: Request) -> Any:
             build(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type,
                   group_state=g.group_state, group_type=g.group_type)
             for g in r.groups
+            if everything or group_allowed(broker, req, DESCRIBE, g.group_id)
         ),
     )
 
@@ -281,7 +334,12 @@ async def list_groups(broker: Broker, req: Request) -> Any:
 async def describe_groups(broker: Broker, req: Request) -> Any:
     b = req.body
     mod = response_module(ApiKey.DESCRIBE_GROUPS, req.api_version)
-    described = broker.groups.coordinator.describe_groups(b.groups)
+    refused = {gid for gid in b.groups if not group_allowed(broker, req, DESCRIBE, gid)}
+    ok = [gid for gid in b.groups if gid not in refused]
+    found = iter(broker.groups.coordinator.describe_groups(ok) if ok else ())
+    described = [DescribedGroup(GROUP_DENIED, gid, "", "", "", ()) if gid in refused
+                 else next(found) for gid in b.groups]
+    with_ops = getattr(b, "include_authorized_operations", False)
     return build(
         mod.DescribeGroupsResponse,
         throttle_time=_NO_TIME,
@@ -289,7 +347,9 @@ async def describe_groups(broker: Broker, req: Request) -> Any:
             build(
                 mod.DescribedGroup, error_code=g.error_code, group_id=g.group_id,
                 group_state=g.group_state, protocol_type=g.protocol_type,
-                protocol_data=g.protocol_data, authorized_operations=NO_OPS,
+                protocol_data=g.protocol_data,
+                authorized_operations=operations(broker, req, ResourceType.GROUP, g.group_id)
+                if with_ops and g.error_code == ErrorCode.none else NO_OPS,
                 members=tuple(
                     build(mod.DescribedGroupMember, member_id=m.member_id,
                           group_instance_id=m.group_instance_id, client_id=m.client_id,
@@ -305,23 +365,38 @@ async def describe_groups(broker: Broker, req: Request) -> Any:
 
 async def delete_groups(broker: Broker, req: Request) -> Any:
     svc = broker.groups
-    r = await svc.call(svc.coordinator.delete_groups(svc.now(), list(req.body.groups_names)))
+    names = list(req.body.groups_names)
+    refused = {gid for gid in names if not group_allowed(broker, req, DELETE, gid)}
+    ok = [gid for gid in names if gid not in refused]
+    results: list[tuple[str, ErrorCode]] = []
+    if ok:
+        results = list((await svc.call(svc.coordinator.delete_groups(svc.now(), ok))).results)
+    results += [(gid, GROUP_DENIED) for gid in dict.fromkeys(names) if gid in refused]
     mod = response_module(ApiKey.DELETE_GROUPS, req.api_version)
     return build(
         mod.DeleteGroupsResponse, throttle_time=_NO_TIME,
         results=tuple(build(mod.DeletableGroupResult, group_id=gid, error_code=code)
-                      for gid, code in r.results),
+                      for gid, code in results),
     )
 
 
 async def offset_delete(broker: Broker, req: Request) -> Any:
     b = req.body
     svc = broker.groups
-    parts = [(t.name, p.partition_index) for t in b.topics for p in t.partitions]
+    mod = response_module(ApiKey.OFFSET_DELETE, req.api_version)
+    if not group_allowed(broker, req, DELETE, b.group_id):
+        return build(mod.OffsetDeleteResponse, error_code=GROUP_DENIED, throttle_time=_NO_TIME,
+                     topics=())
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    parts = []
+    for t in b.topics:
+        if topic_allowed(broker, req, READ, t.name):
+            parts += [(t.name, p.partition_index) for p in t.partitions]
+        else:
+            codes.update({(t.name, p.partition_index): TOPIC_DENIED for p in t.partitions})
     r = await svc.call(svc.coordinator.delete_offsets(svc.now(), group_id=b.group_id,
                                                       partitions=parts))
-    codes = {(p.topic, p.partition): p.error_code for p in r.partitions}
-    mod = response_module(ApiKey.OFFSET_DELETE, req.api_version)
+    codes.update({(p.topic, p.partition): p.error_code for p in r.partitions})
     return build(
         mod.OffsetDeleteResponse,
         error_code=r.error_code,

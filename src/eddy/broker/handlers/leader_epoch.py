@@ -3,7 +3,11 @@
 A returning follower (KIP-101/279) asks with its latest epoch and truncates to the answer;
 a consumer (KIP-320, replica id -1) asks after a leader change to detect a truncated log.
 Both get the same answer: the epoch history's end offset (LeaderEpochCache.end_offset_for),
-after the fencing checks Kafka makes on the current leader epoch."""
+after the fencing checks Kafka makes on the current leader epoch.
+
+With an authorizer, as Kafka (KIP-320 opened the API to consumers): CLUSTER_ACTION on the
+cluster allows every topic; without it each topic needs DESCRIBE, else its partitions are
+TOPIC_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from eddy.log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode
+from eddy.security.acl import AclOperation, ResourceType
+from eddy.security.checks import allowed, cluster_allowed
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +60,21 @@ def epoch_end_offset(broker: Broker, topic: str, partition: int, current_leader_
 async def handle(broker: Broker, req: Request) -> Any:
     mod = response_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, req.api_version)
     topics = []
+    # a replica's (or any CLUSTER_ACTION holder's) request is allowed as a whole
+    per_topic = broker.authorizer is not None and not cluster_allowed(
+        broker, req, AclOperation.CLUSTER_ACTION)
     for t in req.body.topics:
+        denied = per_topic and not allowed(broker, req, AclOperation.DESCRIBE,
+                                           ResourceType.TOPIC, t.topic)
         parts = []
         for p in t.partitions:
-            code, epoch, end = epoch_end_offset(
-                broker, t.topic, p.partition, getattr(p, "current_leader_epoch", -1),
-                p.leader_epoch)
+            if denied:
+                code, epoch, end = (ErrorCode.topic_authorization_failed, UNDEFINED_EPOCH,
+                                    UNDEFINED_EPOCH_OFFSET)
+            else:
+                code, epoch, end = epoch_end_offset(
+                    broker, t.topic, p.partition, getattr(p, "current_leader_epoch", -1),
+                    p.leader_epoch)
             parts.append(build(mod.EpochEndOffset, error_code=code, partition=p.partition,
                                leader_epoch=epoch, end_offset=end))
         topics.append(build(mod.OffsetForLeaderTopicResult, topic=t.topic,

@@ -1,6 +1,7 @@
 """ListOffsets: earliest, latest, max timestamp, and first offset at or after a timestamp.
 In a cluster only a partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere, as Kafka):
-a follower's high watermark lags the leader's."""
+a follower's high watermark lags the leader's. With an authorizer each topic needs DESCRIBE
+(else TOPIC_AUTHORIZATION_FAILED, whether or not it exists), as Kafka."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode, KafkaError
 from eddy.protocol.records import CorruptRecordError, decode_batch_records
+from eddy.security.acl import AclOperation, ResourceType
+from eddy.security.checks import allowed
 
 log = logging.getLogger(__name__)
 
@@ -70,16 +73,22 @@ async def handle(broker: Broker, req: Request) -> Any:
     replica_id = getattr(body, "replica_id", CONSUMER)
     consumer, debug = replica_id == CONSUMER, replica_id == DEBUG_REPLICA
     topics = []
+    authorizing = broker.authorizer is not None
     for t in body.topics:
-        topic = broker.logs.get(t.name)
+        denied = authorizing and not allowed(broker, req, AclOperation.DESCRIBE,
+                                             ResourceType.TOPIC, t.name)
+        topic = None if denied else broker.logs.get(t.name)
         parts = []
         for p in t.partitions:
             plog = topic.partitions[p.partition_index] if topic and 0 <= p.partition_index < len(
                 topic.partitions) else None
             code, ts, off = ErrorCode.none, -1, -1
             epoch = getattr(p, "current_leader_epoch", -1)
-            refused = None if debug else broker.partition_error(t.name, p.partition_index)
-            if refused is not None:
+            refused = None if debug or denied else broker.partition_error(
+                t.name, p.partition_index)
+            if denied:
+                code = ErrorCode.topic_authorization_failed
+            elif refused is not None:
                 code = refused
             elif plog is None:
                 code = ErrorCode.unknown_topic_or_partition

@@ -1,4 +1,9 @@
-"""Produce: validate batches without decoding records, append, acknowledge per acks."""
+"""Produce: validate batches without decoding records, append, acknowledge per acks.
+
+With an authorizer, as Kafka's KafkaApis: a request carrying transactional batches needs
+WRITE on its transactional id (else every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+and each topic WRITE (else its partitions are TOPIC_AUTHORIZATION_FAILED, whether or not the
+topic exists). One cached decision per topic per request, none per record."""
 
 from __future__ import annotations
 
@@ -17,8 +22,15 @@ from eddy.observe import tracing
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import CloseConnection, ErrorCode, KafkaError
-from eddy.protocol.record_batch import ValidatedBatches, validate_batches
+from eddy.protocol.record_batch import (
+    LOG_OVERHEAD,
+    TRANSACTIONAL_BIT,
+    ValidatedBatches,
+    validate_batches,
+)
 from eddy.protocol.records import CorruptRecordError, batch_payload, iter_records
+from eddy.security.acl import AclOperation, ResourceType
+from eddy.security.checks import allowed
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +38,8 @@ log = logging.getLogger(__name__)
 MAX_RECORD_ERRORS = 1000
 
 ZSTD = 4
+_ATTRIBUTES = 21  # where a v2 batch's attributes (i16) start
+_MAGIC = 16
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
@@ -93,6 +107,39 @@ try:  # compiled by `pip install -e .`; the Python decoder is ~40x slower per re
     from eddy.protocol.record_scan import keyless_records as _keyless
 except ImportError:  # a checkout whose extension was not rebuilt
     _keyless = _keyless_python
+
+
+def has_transactional_batches(records: bytes | None) -> bool:
+    """Whether any v2 batch of a partition's records has the transactional bit (Kafka's
+    hasTransactionalRecords), from the batch headers alone; the walk stops at the first
+    header that does not fit (validation rejects such records later)."""
+    if not records:
+        return False
+    view = memoryview(records)
+    pos, total = 0, len(view)
+    while pos + _ATTRIBUTES + 2 <= total:
+        length = int.from_bytes(view[pos + 8 : pos + 12], "big", signed=True)
+        if length <= 0 or view[pos + _MAGIC] != 2:
+            return False
+        if view[pos + _ATTRIBUTES + 1] & TRANSACTIONAL_BIT:  # the low byte of attributes
+            return True
+        pos += LOG_OVERHEAD + length
+    return False
+
+
+def transactional_refusal(broker: Broker, req: Request) -> str | None:
+    """Why a produce with transactional batches may not write (None: it may): it needs
+    WRITE on its transactional id."""
+    body = req.body
+    if not any(has_transactional_batches(pd.records)
+               for td in body.topic_data for pd in td.partition_data):
+        return None
+    txn_id = getattr(body, "transactional_id", None)
+    if txn_id is None:
+        return "transactional records without a transactional id"
+    if allowed(broker, req, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+        return None
+    return f"not authorized to WRITE transactional id {txn_id}"
 
 
 def _fail_partition(results: list[tuple[str, list[tuple[int, ErrorCode, int, int, str | None,
@@ -201,11 +248,23 @@ async def _handle(broker: Broker, req: Request) -> Any:
     waits: list[tuple[PartitionLog, int]] = []  # acks=all: each partition's end offset
     record_errors: dict[tuple[str, int], list[tuple[int, str]]] = {}
     counts = broker.metrics.counts
+    authorizing = broker.authorizer is not None
+    txn_refused = transactional_refusal(broker, req) if authorizing else None
     for topic_data in body.topic_data:
         name = topic_data.name
         topic = logs.get(name)
         parts: list[tuple[int, ErrorCode, int, int, str | None, int]] = []
+        denied = authorizing and txn_refused is None and not allowed(
+            broker, req, AclOperation.WRITE, ResourceType.TOPIC, name)
         for pd in topic_data.partition_data:
+            if txn_refused is not None:
+                parts.append((pd.index, ErrorCode.transactional_id_authorization_failed, -1,
+                              -1, txn_refused, -1))
+                continue
+            if denied:  # before the topic is looked up: its existence is not revealed
+                parts.append((pd.index, ErrorCode.topic_authorization_failed, -1, -1,
+                              f"not authorized to WRITE topic {name}", -1))
+                continue
             plog = topic.partitions[pd.index] if topic and 0 <= pd.index < len(
                 topic.partitions) else None
             if acks not in (-1, 0, 1):

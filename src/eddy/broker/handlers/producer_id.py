@@ -1,4 +1,8 @@
-"""InitProducerId: ids for idempotent producers (transactional ids: the txn coordinator)."""
+"""InitProducerId: ids for idempotent producers (transactional ids: the txn coordinator).
+
+With an authorizer, as Kafka: a transactional id needs WRITE on it (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer needs IDEMPOTENT_WRITE on the
+cluster or WRITE on some topic (else CLUSTER_AUTHORIZATION_FAILED)."""
 
 from __future__ import annotations
 
@@ -10,13 +14,32 @@ from eddy.broker.broker import Broker
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.security.acl import AclOperation, ResourceType
+from eddy.security.checks import allowed, allowed_any, cluster_allowed
 
 log = logging.getLogger(__name__)
+
+
+def refusal(broker: Broker, req: Request) -> ErrorCode | None:
+    """Kafka's authorization of an InitProducerId (None: allowed)."""
+    txn_id = req.body.transactional_id
+    if txn_id is not None:
+        if allowed(broker, req, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+            return None
+        return ErrorCode.transactional_id_authorization_failed
+    if (cluster_allowed(broker, req, AclOperation.IDEMPOTENT_WRITE)
+            or allowed_any(broker, req, AclOperation.WRITE, ResourceType.TOPIC)):
+        return None
+    return ErrorCode.cluster_authorization_failed
 
 
 async def init_producer_id(broker: Broker, req: Request) -> Any:
     b = req.body
     mod = response_module(ApiKey.INIT_PRODUCER_ID, req.api_version)
+    refused = refusal(broker, req) if broker.authorizer is not None else None
+    if refused is not None:
+        return build(mod.InitProducerIdResponse, throttle_time=datetime.timedelta(0),
+                     error_code=refused, producer_id=-1, producer_epoch=-1)
     try:
         await broker.producer_ids.ensure()  # a cluster's block, from the controller
     except KafkaError as exc:
