@@ -17,10 +17,16 @@ from eddy.broker.handlers.cluster_metadata import (
     live_brokers,
 )
 from eddy.broker.handlers.topic_results import (
+    configs_shown,
     created_configs,
     creation_partitions,
+    creation_refused,
+    deletion_refused,
     deletion_targets,
+    may_topic,
     too_many_partitions,
+    topic_denied,
+    unknown_topic_id,
 )
 from eddy.cluster.controller_rpc import (
     ControllerReply,
@@ -35,6 +41,8 @@ from eddy.log.manager import validate_topic_name
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.security.acl import AclOperation
+from eddy.security.checks import cluster_allowed
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
@@ -74,13 +82,18 @@ async def create_topics(broker: Broker, req: Request) -> Any:
     mod = response_module(ApiKey.CREATE_TOPICS, req.api_version)
     counts = Counter(t.name for t in body.topics)
     too_many = too_many_partitions(creation_partitions(body, broker.config.num_partitions))
+    cluster_create = cluster_allowed(broker, req, AclOperation.CREATE)
     results = []
     for t in body.topics:
         code, message = ErrorCode.none, None
         topic_id = uuid.UUID(int=0)
         partitions, rf = t.num_partitions, t.replication_factor
         configs_out: tuple[Any, ...] = ()
+        config_code = ErrorCode.none
         try:
+            refused = creation_refused(broker, req, t.name, cluster_create)
+            if refused is not None:
+                raise refused
             if too_many is not None:
                 raise too_many
             if counts[t.name] > 1:
@@ -107,13 +120,16 @@ async def create_topics(broker: Broker, req: Request) -> Any:
                 rf = broker.config.default_replication_factor if rf == -1 else rf
             configs_out = created_configs(broker, mod, {k: v for k, v in configs.items()
                                                         if v is not None})
+            if not configs_shown(broker, req, t.name):
+                partitions, rf, configs_out = -1, -1, ()
+                config_code = ErrorCode.topic_authorization_failed
         except KafkaError as exc:
             code, message = exc.code, exc.message
             partitions, rf, configs_out = -1, -1, ()
         results.append(build(mod.CreatableTopicResult, name=t.name, topic_id=topic_id,
                              error_code=code, error_message=message,
                              num_partitions=partitions, replication_factor=rf,
-                             configs=configs_out))
+                             configs=configs_out, topic_config_error_code=config_code))
     return build(mod.CreateTopicsResponse, throttle_time=_NO_TIME, topics=tuple(results))
 
 
@@ -133,9 +149,13 @@ async def delete_topics(broker: Broker, req: Request) -> Any:
                 assert topic_id is not None
                 found = cluster.state.topic_by_id(topic_id.bytes)
                 if found is None:
-                    raise KafkaError(ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}")
+                    raise unknown_topic_id(broker, req, topic_id)
                 name = found.name
             record = cluster.state.topic(name)
+            refused = deletion_refused(broker, req, name, by_id, record is not None)
+            if refused is not None:
+                name, error = refused
+                raise error
             sent_id = topic_id.bytes if by_id and topic_id is not None else None
             await ask(cluster, DeleteTopicRequest(name, sent_id))
             if record is not None:
@@ -166,6 +186,8 @@ async def create_partitions(broker: Broker, req: Request) -> Any:
                 raise too_many
             if counts[t.name] > 1:
                 raise KafkaError(ErrorCode.invalid_request, f"duplicate topic {t.name}")
+            if not may_topic(broker, req, AclOperation.ALTER, t.name):
+                raise topic_denied()
             if t.assignments is not None:
                 raise KafkaError(ErrorCode.invalid_request, NO_ASSIGNMENTS)
             await ask(cluster, CreatePartitionsRequest(t.name, t.count, body.validate_only))
@@ -178,15 +200,17 @@ async def create_partitions(broker: Broker, req: Request) -> Any:
     return build(mod.CreatePartitionsResponse, throttle_time=_NO_TIME, results=tuple(results))
 
 
-def describe_cluster(broker: Broker, req: Request, mod: Any) -> Any:
+def describe_cluster(broker: Broker, req: Request, mod: Any, authorized_operations: int) -> Any:
     cluster = _cluster(broker)
     endpoint_type = getattr(req.body, "endpoint_type", 1)
+    listener = getattr(broker, "listener_name", None)
     brokers = tuple(build(mod.DescribeClusterBroker, broker_id=n, host=h, port=p, rack=r,
                           is_fenced=False)
-                    for n, h, p, r in live_brokers(cluster.state)) if endpoint_type == 1 else ()
+                    for n, h, p, r in live_brokers(cluster.state, listener)
+                    ) if endpoint_type == 1 else ()
     code = ErrorCode.none if endpoint_type == 1 else ErrorCode.unsupported_endpoint_type
     return build(mod.DescribeClusterResponse, throttle_time=_NO_TIME, error_code=code,
                  error_message=None if endpoint_type == 1 else "only broker endpoints are served",
                  endpoint_type=endpoint_type, cluster_id=cluster.cluster_id,
                  controller_id=cluster.controller_id if endpoint_type == 1 else -1,
-                 brokers=brokers, cluster_authorized_operations=-2147483648)
+                 brokers=brokers, cluster_authorized_operations=authorized_operations)

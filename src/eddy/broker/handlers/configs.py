@@ -13,6 +13,7 @@ from eddy.broker.handlers.broker_configs import STATIC_BROKER_CONFIG as STATIC_B
 from eddy.broker.handlers.broker_configs import TOPIC_CONFIG as TOPIC_CONFIG
 from eddy.broker.handlers.broker_configs import static_entries, topic_synonyms
 from eddy.broker.handlers.cluster_metadata import APPLY_WAIT_S
+from eddy.broker.handlers.topic_results import GROUP_DENIED, cluster_denied, topic_denied
 from eddy.cluster.controller_rpc import ProposeRequest
 from eddy.cluster.metadata import encode_command
 from eddy.cluster.metadata.commands import AlterTopicConfigs
@@ -23,10 +24,15 @@ from eddy.log.config import TOPIC_CONFIGS, ConfigDef, InvalidConfig, TopicConfig
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.security.acl import AclOperation, ResourceType
+from eddy.security.checks import allowed, cluster_allowed
 
 _NO_TIME = datetime.timedelta(0)
 TOPIC = 2
 BROKER = 4
+BROKER_LOGGER = 8
+CLIENT_METRICS = 16
+GROUP = 32
 # ConfigType
 CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 # IncrementalAlterConfigs operations
@@ -59,6 +65,21 @@ def _topic_entries(broker: Broker, name: str) -> list[dict[str, Any]]:
     return entries
 
 
+def refusal(node: Any, req: Request, resource_type: int, name: str, op: AclOperation
+            ) -> KafkaError | None:
+    """Kafka's authorization of a config resource (``op`` DESCRIBE_CONFIGS or
+    ALTER_CONFIGS): a topic's on the topic, a broker's, a broker logger's and client
+    metrics' on the cluster, a group's on the group. Other types are left to the caller."""
+    if resource_type == TOPIC:
+        ok = allowed(node, req, op, ResourceType.TOPIC, name)
+        return None if ok else topic_denied()
+    if resource_type in (BROKER, BROKER_LOGGER, CLIENT_METRICS):
+        return None if cluster_allowed(node, req, op) else cluster_denied()
+    if resource_type == GROUP and not allowed(node, req, op, ResourceType.GROUP, name):
+        return KafkaError(ErrorCode.group_authorization_failed, GROUP_DENIED)
+    return None
+
+
 def broker_config_entries(cfg: BrokerConfig, node_id: int, name: str) -> list[dict[str, Any]]:
     """A gateway's BROKER resource: its own static settings."""
     return static_entries(cfg, node_id, name)
@@ -73,6 +94,10 @@ async def describe_configs(broker: Broker, req: Request) -> Any:
     for r in b.resources:
         code, message, configs = ErrorCode.none, None, []
         try:
+            refused = refusal(broker, req, r.resource_type, r.resource_name,
+                              AclOperation.DESCRIBE_CONFIGS)
+            if refused is not None:
+                raise refused
             if r.resource_type == TOPIC:
                 entries = _topic_entries(broker, r.resource_name)
             elif r.resource_type == BROKER:
@@ -137,15 +162,20 @@ def refuse_broker_alter(node_id: int, name: str) -> None:
                      "EDDY_* environment or `eddy serve --set` and restart")
 
 
-async def _alter_each(broker: Broker, resources: Any, mod: Any,
+async def _alter_each(broker: Broker, req: Request, resources: Any, mod: Any,
                       new_overrides: Callable[[Any], dict[str, str]], validate_only: bool
                       ) -> tuple[Any, ...]:
-    """Apply new configs to each resource: a topic's overrides, a broker's (or the
-    cluster's ``<default>``) dynamic configs; one result each."""
+    """Apply new configs to each resource the principal may ALTER_CONFIGS: a topic's
+    overrides, a broker's (or the cluster's ``<default>``) dynamic configs; one result
+    each."""
     out = []
     for r in resources:
         code, message = ErrorCode.none, None
         try:
+            refused = refusal(broker, req, r.resource_type, r.resource_name,
+                              AclOperation.ALTER_CONFIGS)
+            if refused is not None:
+                raise refused
             if r.resource_type == TOPIC:
                 topic_overrides(broker, r.resource_name)  # UNKNOWN_TOPIC_OR_PARTITION
                 await _alter_topic(broker, r.resource_name, new_overrides(r), validate_only)
@@ -177,7 +207,7 @@ async def alter_configs(broker: Broker, req: Request) -> Any:
     b = req.body
     mod = response_module(ApiKey.ALTER_CONFIGS, req.api_version)
     return build(mod.AlterConfigsResponse, throttle_time=_NO_TIME,
-                 responses=await _alter_each(broker, b.resources, mod, _replacement,
+                 responses=await _alter_each(broker, req, b.resources, mod, _replacement,
                                              b.validate_only))
 
 
@@ -241,5 +271,5 @@ async def incremental_alter_configs(broker: Broker, req: Request) -> Any:
         return _incremental(topic_overrides(broker, resource.resource_name), resource.configs)
 
     return build(mod.IncrementalAlterConfigsResponse, throttle_time=_NO_TIME,
-                 responses=await _alter_each(broker, b.resources, mod, overrides,
+                 responses=await _alter_each(broker, req, b.resources, mod, overrides,
                                              b.validate_only))

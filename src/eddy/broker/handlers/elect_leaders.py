@@ -8,7 +8,8 @@ ELECTION_NOT_NEEDED (an unknown one UNKNOWN_TOPIC_OR_PARTITION), as a one-broker
 answers.
 
 As Kafka: election type 0 PREFERRED, 1 UNCLEAN (v1+; v0 is always preferred), anything else
-INVALID_REQUEST; ``topic_partitions`` null means every partition (those answered
+INVALID_REQUEST; ALTER on the cluster or CLUSTER_AUTHORIZATION_FAILED for the request and
+each partition asked; ``topic_partitions`` null means every partition (those answered
 ELECTION_NOT_NEEDED are left out), an empty list an empty answer.
 """
 
@@ -19,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from eddy.broker.handlers.cluster_metadata import APPLY_WAIT_S, CONTROLLER_WAIT_S
+from eddy.broker.handlers.topic_results import CLUSTER_DENIED
 from eddy.cluster.controller.elections import NOT_NEEDED_MESSAGE, PREFERRED, UNCLEAN
 from eddy.cluster.controller_client import ControllerUnavailable
 from eddy.cluster.controller_rpc import (
@@ -30,6 +32,8 @@ from eddy.cluster.metadata import NO_LEADER, MetadataState
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode
+from eddy.security.acl import AclOperation
+from eddy.security.checks import cluster_allowed
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
@@ -105,6 +109,9 @@ async def elect_leaders(broker: Broker, req: Request) -> Any:
     mod = response_module(ApiKey.ELECT_LEADERS, req.api_version)
     election_type = int(getattr(body, "election_type", PREFERRED))
     asked = _asked(body)
+    if not cluster_allowed(broker, req, AclOperation.ALTER):
+        code = ErrorCode.cluster_authorization_failed
+        return _response(mod, code, _all_failed(asked, code, CLUSTER_DENIED))
     if election_type not in (PREFERRED, UNCLEAN):
         return _response(mod, ErrorCode.invalid_request, _all_failed(
             asked, ErrorCode.invalid_request, f"Unknown election type {election_type}"))

@@ -1,4 +1,4 @@
-"""DeleteRecords and DescribeLogDirs."""
+"""DeleteRecords (DELETE on each topic) and DescribeLogDirs (DESCRIBE on the cluster)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ import os
 from typing import Any
 
 from eddy.broker.broker import Broker
+from eddy.broker.handlers.topic_results import CLUSTER_DENIED, may_topic
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.security.acl import AclOperation
+from eddy.security.checks import cluster_allowed
 
 _NO_TIME = datetime.timedelta(0)
 HIGH_WATERMARK = -1
@@ -19,13 +22,16 @@ async def delete_records(broker: Broker, req: Request) -> Any:
     mod = response_module(ApiKey.DELETE_RECORDS, req.api_version)
     topics = []
     for t in req.body.topics:
-        topic = broker.logs.get(t.name)
+        may_delete = may_topic(broker, req, AclOperation.DELETE, t.name)
+        topic = broker.logs.get(t.name) if may_delete else None
         parts = []
         for p in t.partitions:
             code, low = ErrorCode.none, -1
             plog = topic.partitions[p.partition_index] if topic and 0 <= p.partition_index < len(
                 topic.partitions) else None
-            if plog is None:
+            if not may_delete:
+                code = ErrorCode.topic_authorization_failed
+            elif plog is None:
                 code = ErrorCode.unknown_topic_or_partition
             elif (refused := broker.partition_error(t.name, p.partition_index)) is not None:
                 code = refused  # in a cluster: the leader deletes (clients send it there)
@@ -50,6 +56,16 @@ async def delete_records(broker: Broker, req: Request) -> Any:
 
 async def describe_log_dirs(broker: Broker, req: Request) -> Any:
     mod = response_module(ApiKey.DESCRIBE_LOG_DIRS, req.api_version)
+    if not cluster_allowed(broker, req, AclOperation.DESCRIBE):
+        # Kafka: the top-level error (v3+) and no results; older versions have no
+        # top-level error, so one result without a directory carries it
+        code = ErrorCode.cluster_authorization_failed
+        results: tuple[Any, ...] = ()
+        if req.api_version < 3:
+            results = (build(mod.DescribeLogDirsResult, error_code=code, log_dir="",
+                             topics=(), total_bytes=-1, usable_bytes=-1),)
+        return build(mod.DescribeLogDirsResponse, throttle_time=_NO_TIME, error_code=code,
+                     error_message=CLUSTER_DENIED, results=results)
     logs = broker.logs
     wanted = req.body.topics
     if wanted is None:

@@ -1,7 +1,8 @@
 """DescribeQuorum (API 55, KIP-595/KIP-853): the ``metadata`` Raft group as Kafka's
 ``__cluster_metadata`` partition: its leader, term (as the leader epoch), commit index (as
 the high watermark) and each voter's and observer's log end as the leader sees them. Any
-node answers: it asks the metadata leader."""
+node answers: it asks the metadata leader. DESCRIBE on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED (as Kafka)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ from typing import Any
 
 from eddy.broker.broker import Broker
 from eddy.broker.handlers.cluster_metadata import CONTROLLER_WAIT_S, host_port
+from eddy.broker.handlers.topic_results import CLUSTER_DENIED
 from eddy.cluster.controller_client import ControllerUnavailable
 from eddy.cluster.controller_rpc import QuorumRequest, ReplicaProgress, error_of
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode
+from eddy.security.acl import AclOperation
+from eddy.security.checks import cluster_allowed
 
 METADATA_TOPIC = "__cluster_metadata"
 NO_DIRECTORY = uuid.UUID(int=0)
@@ -34,6 +38,8 @@ def _replica(mod: Any, r: ReplicaProgress) -> Any:
 
 async def describe_quorum(broker: Broker, req: Request) -> Any:
     mod = response_module(ApiKey.DESCRIBE_QUORUM, req.api_version)
+    if not cluster_allowed(broker, req, AclOperation.DESCRIBE):
+        return _response(mod, ErrorCode.cluster_authorization_failed, CLUSTER_DENIED)
     cluster = broker.cluster
     if cluster is None:
         return _response(mod, ErrorCode.invalid_request,

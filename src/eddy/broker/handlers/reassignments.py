@@ -5,6 +5,9 @@ On a cluster the controller decides (``AlterReassignmentsRequest`` over the mesh
 goes back once this node's replica of the metadata shows the change, so a List sent here
 next sees it. List answers from this node's replica of the metadata (every node holds one).
 
+Alter needs ALTER on the cluster, List DESCRIBE (else CLUSTER_AUTHORIZATION_FAILED: at the
+top and, for Alter, on each partition asked, as Kafka's error response).
+
 A node outside any cluster is the only replica of every partition it has: reassigning one
 to itself alone is a success with nothing to do, to anything else INVALID_REPLICA_ASSIGNMENT
 (no such broker), a cancel NO_REASSIGNMENT_IN_PROGRESS; nothing is ever under way.
@@ -17,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from eddy.broker.handlers.cluster_metadata import APPLY_WAIT_S, CONTROLLER_WAIT_S
+from eddy.broker.handlers.topic_results import CLUSTER_DENIED
 from eddy.cluster.controller_client import ControllerUnavailable
 from eddy.cluster.controller_rpc import (
     AlterReassignmentsRequest,
@@ -29,6 +33,8 @@ from eddy.cluster.metadata.reassignments import ReassignmentRecord
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode
+from eddy.security.acl import AclOperation
+from eddy.security.checks import cluster_allowed
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
@@ -116,6 +122,10 @@ async def alter_partition_reassignments(broker: Broker, req: Request) -> Any:
     body = req.body
     mod = response_module(ApiKey.ALTER_PARTITION_REASSIGNMENTS, req.api_version)
     asked = _asked(body)
+    if not cluster_allowed(broker, req, AclOperation.ALTER):
+        code = ErrorCode.cluster_authorization_failed
+        return _alter_response(mod, code, CLUSTER_DENIED,
+                               _all_failed(asked, code, CLUSTER_DENIED))
     cluster = broker.cluster
     if cluster is None:
         return _alter_response(mod, ErrorCode.none, None, _alone(broker, asked))
@@ -161,6 +171,10 @@ async def list_partition_reassignments(broker: Broker, req: Request) -> Any:
     """Unknown topics and partitions are left out, as Kafka's controller does."""
     body = req.body
     mod = response_module(ApiKey.LIST_PARTITION_REASSIGNMENTS, req.api_version)
+    if not cluster_allowed(broker, req, AclOperation.DESCRIBE):
+        return build(mod.ListPartitionReassignmentsResponse, throttle_time=_NO_TIME,
+                     error_code=ErrorCode.cluster_authorization_failed,
+                     error_message=CLUSTER_DENIED, topics=())
     cluster = broker.cluster
     ongoing = [] if cluster is None else _ongoing(cluster.state, body)
     by_topic: dict[str, list[Any]] = {}

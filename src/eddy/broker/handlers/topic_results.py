@@ -1,4 +1,5 @@
-"""What CreateTopics and CreatePartitions answers share, clustered or not."""
+"""What CreateTopics, DeleteTopics and CreatePartitions answers share, clustered or not,
+and the authorization refusals the admin handlers share (Kafka's codes and messages)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from typing import TYPE_CHECKING, Any
 from eddy.broker.handlers.broker_configs import topic_synonyms
 from eddy.log.config import TOPIC_CONFIGS
 from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.security.acl import AclOperation, ResourceType
+from eddy.security.checks import allowed, allowed_any
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
+    from eddy.protocol.codec import Request
 
 #: the most partitions one CreateTopics or CreatePartitions request may add (Kafka 4.0)
 MAX_PARTITIONS_PER_REQUEST = 10_000
@@ -50,3 +54,61 @@ def deletion_targets(body: Any) -> list[tuple[str | None, uuid.UUID | None]]:
     if hasattr(body, "topic_names"):
         return [(n, None) for n in body.topic_names]
     return [(t.name, t.topic_id) for t in body.topics]
+
+
+#: Kafka's messages for the authorization codes (Errors.*.message)
+TOPIC_DENIED = "Topic authorization failed."
+CLUSTER_DENIED = "Cluster authorization failed."
+GROUP_DENIED = "Group authorization failed."
+
+
+def topic_denied() -> KafkaError:
+    return KafkaError(ErrorCode.topic_authorization_failed, TOPIC_DENIED)
+
+
+def cluster_denied() -> KafkaError:
+    return KafkaError(ErrorCode.cluster_authorization_failed, CLUSTER_DENIED)
+
+
+def may_topic(node: Any, req: Request, op: AclOperation, name: str) -> bool:
+    return allowed(node, req, op, ResourceType.TOPIC, name)
+
+
+def unknown_topic_id(node: Any, req: Request, topic_id: uuid.UUID) -> KafkaError:
+    """DeleteTopics of an id no topic has: UNKNOWN_TOPIC_ID to a principal that may describe
+    some topic, TOPIC_AUTHORIZATION_FAILED to one with no rights on topics at all (it learns
+    nothing about which ids exist)."""
+    if allowed_any(node, req, AclOperation.DESCRIBE, ResourceType.TOPIC):
+        return KafkaError(ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}")
+    return topic_denied()
+
+
+def deletion_refused(node: Any, req: Request, name: str, by_id: bool, exists: bool
+                     ) -> tuple[str | None, KafkaError] | None:
+    """Kafka's authorization of one DeleteTopics entry (its ControllerApis): the name to
+    answer with and the refusal, or None when the deletion may go on. A topic given by id
+    that the principal may not DESCRIBE is answered without its name; one given by name is
+    TOPIC_AUTHORIZATION_FAILED without DESCRIBE, UNKNOWN_TOPIC_OR_PARTITION (left to the
+    caller) when it does not exist, and TOPIC_AUTHORIZATION_FAILED without DELETE."""
+    if not may_topic(node, req, AclOperation.DESCRIBE, name):
+        return (None if by_id else name), topic_denied()
+    if not exists:
+        return None
+    if not may_topic(node, req, AclOperation.DELETE, name):
+        return name, topic_denied()
+    return None
+
+
+def creation_refused(node: Any, req: Request, name: str, cluster_create: bool
+                     ) -> KafkaError | None:
+    """CreateTopics: CREATE on the cluster (``cluster_create``) or on the topic."""
+    if cluster_create or may_topic(node, req, AclOperation.CREATE, name):
+        return None
+    return KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
+
+
+def configs_shown(node: Any, req: Request, name: str) -> bool:
+    """Whether a created topic's configs (and its partition count and replication factor)
+    go in the CreateTopics answer: DESCRIBE_CONFIGS on the topic, as Kafka (else
+    TOPIC_AUTHORIZATION_FAILED in ``topic_config_error_code``)."""
+    return may_topic(node, req, AclOperation.DESCRIBE_CONFIGS, name)

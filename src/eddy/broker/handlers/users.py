@@ -4,7 +4,9 @@ Users are cluster metadata: any node takes an alteration, derives the keys the s
 (``eddy.cluster.scram``: StoredKey and ServerKey, never the salted password), has the
 controller apply an ``UpsertScramUser`` / ``DeleteScramUser`` command, and answers once its
 own replica of the metadata shows the change. Any node describes users from its replica.
-Requests are checked as Apache Kafka's controller checks them, with its codes and messages.
+Requests are checked as Apache Kafka's controller checks them, with its codes and messages:
+altering needs ALTER on the cluster, describing DESCRIBE on the cluster (else
+CLUSTER_AUTHORIZATION_FAILED for each user named).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from eddy.broker.dynamic_configs import APPLY_WAIT_S
+from eddy.broker.handlers.topic_results import CLUSTER_DENIED
 from eddy.cluster.controller_rpc import ProposeRequest
 from eddy.cluster.metadata import MetadataState, encode_command
 from eddy.cluster.metadata.commands import DeleteScramUser, UpsertScramUser
@@ -26,6 +29,8 @@ from eddy.cluster.scram import MECHANISMS, derive_keys
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.security.acl import AclOperation
+from eddy.security.checks import cluster_allowed
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
@@ -187,7 +192,12 @@ async def alter_user_scram_credentials(broker: Broker, req: Request) -> Any:
     mod = response_module(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, req.api_version)
     cluster = broker.cluster
     outcomes: dict[str, Outcome]
-    if cluster is None:
+    if not cluster_allowed(broker, req, AclOperation.ALTER):
+        # Kafka's error response: each user named, sorted, refused
+        order = sorted({d.name for d in body.deletions} | {u.name for u in body.upsertions})
+        outcomes = {name: (ErrorCode.cluster_authorization_failed, CLUSTER_DENIED)
+                    for name in order}
+    elif cluster is None:
         names = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
         order = _distinct(names)
         outcomes = {name: (NOT_CLUSTERED, NOT_CLUSTERED_MESSAGE) for name in order}
@@ -238,7 +248,12 @@ async def describe_user_scram_credentials(broker: Broker, req: Request) -> Any:
     names = None if req.body.users is None else [u.name for u in req.body.users]
     cluster = broker.cluster
     rows: list[Row]
-    if cluster is None:
+    if not cluster_allowed(broker, req, AclOperation.DESCRIBE):
+        # per user (one row without a name when every user was asked for), never at the
+        # top level: see below
+        refused = (ErrorCode.cluster_authorization_failed, CLUSTER_DENIED)
+        rows = [(name, refused, []) for name in _distinct(names or ("",))]
+    elif cluster is None:
         # Per user only, never in the top-level error: librdkafka 2.16 (confluent-kafka)
         # frees a bad pointer and crashes the client process on a DescribeUserScramCredentials
         # response with a top-level error. Asked for every user, one row with no name
