@@ -54,6 +54,8 @@ class Options:
     keep_topics: bool = False
     profile_dir: Path | None = None
     phases: set[str] = field(default_factory=lambda: {"produce", "consume", "latency"})
+    #: client settings on top of the bench's (security.protocol, SASL, TLS: bench.security)
+    client_conf: dict[str, Any] = field(default_factory=dict)
 
 
 def say(msg: str) -> None:
@@ -128,7 +130,7 @@ class Session:
 
         self.broker = broker
         self.opts = opts
-        self.admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        self.admin = AdminClient({"bootstrap.servers": broker.bootstrap, **opts.client_conf})
         self.run_id = uuid.uuid4().hex[:8]
 
     def close(self) -> None:
@@ -167,7 +169,8 @@ class Session:
         barrier = ctx.Barrier(n + 1)
         q = ctx.Queue()
         params = {
-            "bootstrap": self.broker.bootstrap, "topic": topic, "partitions": o.partitions,
+            "bootstrap": self.broker.bootstrap, "client_conf": self.opts.client_conf,
+            "topic": topic, "partitions": o.partitions,
             "size": size, "acks": acks, "linger_ms": o.linger_ms,
             "records": max(1, o.records // n), "seconds": o.seconds, "flush_timeout": 60,
         }
@@ -212,7 +215,7 @@ class Session:
         from confluent_kafka import Consumer, TopicPartition
 
         o = self.opts
-        wm = Consumer(workloads.consumer_conf(self.broker.bootstrap))
+        wm = Consumer(workloads.consumer_conf(self.broker.bootstrap, self.opts.client_conf))
         try:  # informative only: a broker's ListOffsets answer is not trusted for the count
             watermarks = sum(
                 hi - lo for lo, hi in (
@@ -233,7 +236,8 @@ class Session:
         procs = []
         for k in range(n):
             params = {
-                "bootstrap": self.broker.bootstrap, "topic": topic,
+                "bootstrap": self.broker.bootstrap, "client_conf": self.opts.client_conf,
+                "topic": topic,
                 "partitions": list(range(k, o.partitions, n)),
                 "partitions_total": o.partitions, "expected": expected, "timeout": timeout,
             }
@@ -281,8 +285,8 @@ class Session:
         shared = {"t0_ns": ctx.Value("q", 0), "sent": ctx.Value("q", 0), "done": ctx.Event()}
         q = ctx.Queue()
         size = 1024
-        base = {"bootstrap": self.broker.bootstrap, "topic": topic, "partitions": o.partitions,
-                "seconds": o.latency_seconds}
+        base = {"bootstrap": self.broker.bootstrap, "client_conf": self.opts.client_conf,
+                "topic": topic, "partitions": o.partitions, "seconds": o.latency_seconds}
         cparams = {**base, "warmup": o.latency_warmup,
                    "fetch_wait_max_ms": o.latency_fetch_wait_ms}
         pparams = {**base, "size": size, "acks": o.latency_acks,

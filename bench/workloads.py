@@ -35,7 +35,9 @@ def _wait_for_topic(client: Any, topic: str, partitions: int, timeout: float) ->
     raise TimeoutError(f"topic {topic} not ready in {timeout}s ({last})")
 
 
-def producer_conf(bootstrap: str, acks: str, linger_ms: float) -> dict[str, Any]:
+def producer_conf(bootstrap: str, acks: str, linger_ms: float,
+                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``extra``: client settings on top (security.protocol, SASL, TLS...)."""
     return {
         "bootstrap.servers": bootstrap,
         "client.id": "eddy-bench-producer",
@@ -50,10 +52,11 @@ def producer_conf(bootstrap: str, acks: str, linger_ms: float) -> dict[str, Any]
         "message.timeout.ms": 60_000,
         # callback-free hot path: librdkafka reports only failed deliveries to Python
         "delivery.report.only.error": True,
+        **(extra or {}),
     }
 
 
-def consumer_conf(bootstrap: str) -> dict[str, Any]:
+def consumer_conf(bootstrap: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "bootstrap.servers": bootstrap,
         "client.id": "eddy-bench-consumer",
@@ -68,6 +71,7 @@ def consumer_conf(bootstrap: str) -> dict[str, Any]:
         "queued.min.messages": 1_000_000,
         "fetch.wait.max.ms": 100,
         "fetch.error.backoff.ms": 50,
+        **(extra or {}),
     }
 
 
@@ -97,7 +101,7 @@ def _produce(p: dict[str, Any], barrier: Any) -> dict[str, Any]:
             if not first_error:
                 first_error.append(str(err))
 
-    conf = producer_conf(p["bootstrap"], p["acks"], p["linger_ms"])
+    conf = producer_conf(p["bootstrap"], p["acks"], p["linger_ms"], p.get("client_conf"))
     conf["on_delivery"] = on_error
     prod = Producer(conf)
     _wait_for_topic(prod, p["topic"], p["partitions"], 20)
@@ -148,7 +152,7 @@ def _consume(p: dict[str, Any], barrier: Any, total: Any) -> dict[str, Any]:
     read `expected` records (the shared `total`), or the time limit."""
     from confluent_kafka import Consumer, TopicPartition
 
-    cons = Consumer(consumer_conf(p["bootstrap"]))
+    cons = Consumer(consumer_conf(p["bootstrap"], p.get("client_conf")))
     try:
         _wait_for_topic(cons, p["topic"], p["partitions_total"], 20)
         expected = int(p["expected"])
@@ -211,7 +215,7 @@ def _latency_produce(p: dict[str, Any], consumer_ready: Any, shared: Any) -> dic
         if err is not None:
             errors[0] += 1
 
-    conf = producer_conf(p["bootstrap"], p["acks"], p["linger_ms"])
+    conf = producer_conf(p["bootstrap"], p["acks"], p["linger_ms"], p.get("client_conf"))
     conf["on_delivery"] = on_error
     prod = Producer(conf)
     _wait_for_topic(prod, p["topic"], p["partitions"], 20)
@@ -266,7 +270,7 @@ def latency_consumer(p: dict[str, Any], consumer_ready: Any, shared: Any, queue:
 def _latency_consume(p: dict[str, Any], consumer_ready: Any, shared: Any) -> dict[str, Any]:
     from confluent_kafka import Consumer, TopicPartition
 
-    conf = consumer_conf(p["bootstrap"])
+    conf = consumer_conf(p["bootstrap"], p.get("client_conf"))
     conf["fetch.wait.max.ms"] = p.get("fetch_wait_max_ms", 100)
     cons = Consumer(conf)
     lat_us: list[int] = []

@@ -1,5 +1,5 @@
 """Metadata on a clustered broker (the helpers metadata.py answers with): every live broker,
-ISR and leader epoch as this node's replica of the ``metadata`` state has them; unknown
+and each partition's leader, replicas, ISR and leader epoch as this node's replica of the ``metadata`` state has them; unknown
 topics are created through the controller (auto.create.topics.enable).
 
 The controller id it gives is its own, as a KRaft broker gives some live broker's (KIP-590):
