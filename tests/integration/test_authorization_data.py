@@ -25,6 +25,9 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -479,3 +482,38 @@ def test_allow_everyone_if_no_acl_found(open_node: SecureNode) -> None:
     assert produce_errors(open_node, BOB, "guarded") == [TOPIC_DENIED]
     topics = AdminClient(conf(open_node, BOB)).list_topics(timeout=10).topics
     assert "free" in topics and "guarded" not in topics
+
+
+def test_topic_creation_and_config_changes_need_their_acls(node: SecureNode,
+                                                          admin: AdminClient) -> None:
+    bob_admin = AdminClient(conf(node, BOB))
+    created = bob_admin.create_topics([NewTopic("bob-new", 1, 1)])["bob-new"]
+    with pytest.raises(KafkaException) as caught:
+        created.result(10)
+    assert caught.value.args[0].code() == TOPIC_DENIED
+    resource = ConfigResource(ResourceType.TOPIC, "orders",
+                              incremental_configs=[ConfigEntry(
+                                  "retention.ms", "3600000",
+                                  incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as caught:
+        bob_admin.incremental_alter_configs([resource])[resource].result(10)
+    assert caught.value.args[0].code() == TOPIC_DENIED
+    grant(admin, acl(ResourceType.TOPIC, "bob-", AclOperation.CREATE,
+              pattern=ResourcePatternType.PREFIXED),
+          acl(ResourceType.TOPIC, "orders", AclOperation.ALTER_CONFIGS))
+    assert until(lambda: _succeeds(lambda: bob_admin.create_topics(
+        [NewTopic("bob-new", 1, 1)])["bob-new"].result(10)))
+    assert until(lambda: _succeeds(lambda: bob_admin.incremental_alter_configs(
+        [resource])[resource].result(10)))
+    described = admin.describe_configs([ConfigResource(ResourceType.TOPIC, "orders")])
+    entries = next(iter(described.values())).result(10)
+    assert entries["retention.ms"].value == "3600000"
+
+
+def _succeeds(call: Callable[[], object]) -> bool:
+    try:
+        call()
+    except KafkaException as exc:
+        assert exc.args[0].code() == TOPIC_DENIED, exc
+        return False
+    return True
