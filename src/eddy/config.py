@@ -440,6 +440,17 @@ class BrokerConfig(BaseModel):
         description="NAME:PASSWORD of a user created (as SCRAM-SHA-256 and SCRAM-SHA-512 "
         "credentials, never the password) when the cluster has no credential of that name",
     )
+    sasl_mechanism_inter_broker_protocol: str = Field(
+        "SCRAM-SHA-512", alias="sasl.mechanism.inter.broker.protocol",
+        description="the SASL mechanism followers (and the node's own clients) log in to "
+        "a SASL inter-broker listener with: SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN",
+    )
+    sasl_inter_broker_user: SecretStr | None = Field(
+        None, alias="sasl.inter.broker.user",
+        description="Eddy's own: NAME:PASSWORD the node logs in with on a SASL inter-broker "
+        "listener (default: sasl.bootstrap.user); make it a super user (or give it "
+        "CLUSTER_ACTION on the cluster) when an authorizer is on",
+    )
 
     authorizer_class_name: str = Field(
         "", alias="authorizer.class.name",

@@ -35,6 +35,7 @@ from eddy.mesh.quic import MeshError, MeshTimeout, PeerUnavailable
 from eddy.mesh.service import MeshService
 from eddy.observe import otel_setup
 from eddy.security.checks import cluster_authorizer
+from eddy.security.inter_broker import InterBrokerSecurity, warn_principal
 from eddy.security.servers import cluster_lookup, ensure_bootstrap_user, make_servers
 from eddy.security.settings import authorizer_enabled
 from eddy.security.tls import TlsError
@@ -82,6 +83,7 @@ async def start_node(config: BrokerConfig, clock: Clock) -> Node:
     if "broker" in roles:
         broker = Broker(config, clock)
         broker.load()
+        warn_principal(config)  # replication's principal without the rights it needs
     mesh: MeshService | None = None
     if config.mesh_enabled:
         identity = NodeIdentity.load_or_create(config.data_dir)
@@ -184,10 +186,12 @@ async def _start_registry(config: BrokerConfig, broker: Broker | None,
                           gateway: Gateway | None, mesh: MeshService | None
                           ) -> RegistryRole | None:
     """The schema registry (registry.listener, on a node with the broker role): a Kafka
-    client of this node's listener. A node alone (or alone in its quorum) waits until the
-    registry has read _schemas before it says it is ready; on a cluster still forming the
-    registry goes on reading in the background. When registry.listener is not set and its
-    default port is taken, the node goes on without a registry (a warning says so)."""
+    client of this node's inter-broker listener, secured (TLS, SASL login) as the nodes
+    connect to each other (``InterBrokerSecurity``). A node alone (or alone in its quorum)
+    waits until the registry has read _schemas before it says it is ready; on a cluster
+    still forming the registry goes on reading in the background. When registry.listener
+    is not set and its default port is taken, the node goes on without a registry (a
+    warning says so)."""
     address = config.registry_address
     if address is None or broker is None:
         return None
@@ -195,10 +199,12 @@ async def _start_registry(config: BrokerConfig, broker: Broker | None,
     from eddy.registry.role import start_registry  # aiohttp, only when the registry runs
 
     served = gateway if gateway is not None else broker
-    try:
+    try:  # a client of the inter-broker listener, logged in as the nodes are
+        client_config = InterBrokerSecurity.from_config(config).librdkafka_config()
         registry = await start_registry(address[0], address[1],
                                         f"{served.host}:{served.port}",
-                                        route=cluster_route(broker, mesh), broker=broker)
+                                        route=cluster_route(broker, mesh), broker=broker,
+                                        client_config=client_config)
     except TlsError:
         raise
     except OSError as exc:

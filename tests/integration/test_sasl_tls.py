@@ -461,7 +461,8 @@ def test_listeners_default_to_listen_and_inter_broker_first() -> None:
     two = load_config(env={}, overrides={
         "listeners": "PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://:9093",
         "advertised.listeners": "SASL_PLAINTEXT://kafka.example.com:19093",
-        "inter.broker.listener.name": "sasl_plaintext"})
+        "inter.broker.listener.name": "sasl_plaintext",
+        "sasl.bootstrap.user": "admin:admin-secret"})  # followers log in with it
     first, second = two.listener_specs
     assert (first.name, first.host, first.advertised_host, first.advertised_port) == (
         "SASL_PLAINTEXT", "", "kafka.example.com", 19093)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -50,12 +50,13 @@ class RegistryRole:
 
     def __init__(self, host: str, port: int, bootstrap: str, *,
                  route: ClusterRoute | None = None,
-                 security: HttpSecurity | None = None) -> None:
+                 security: HttpSecurity | None = None,
+                 client_config: dict[str, Any] | None = None) -> None:
         self.bootstrap = bootstrap
         self.security = security
         self.ready = asyncio.Event()
         state = SchemaState()
-        self.log = KafkaSchemaLog(bootstrap, state.apply)
+        self.log = KafkaSchemaLog(bootstrap, state.apply, client_config=client_config)
         self.route = route
         self.service = ForwardingService(self.log, state, route,
                                          lambda: self.log.applied_offset)
@@ -136,15 +137,19 @@ def _refusal(status: int, message: str) -> web.Response:
 
 async def start_registry(host: str, port: int, bootstrap: str, *,
                          route: ClusterRoute | None = None,
-                         broker: Broker | None = None) -> RegistryRole:
-    """A node's registry on HOST:PORT (0: any free port), a client of ``bootstrap``; its
-    writes through ``route`` (None: outside a cluster, all here); its security from the
-    config of ``broker`` (by default the route's; none: plain HTTP, no authentication).
-    TlsError when registry.ssl.enabled is set and the PEM material does not load."""
+                         broker: Broker | None = None,
+                         client_config: dict[str, Any] | None = None) -> RegistryRole:
+    """A node's registry on HOST:PORT (0: any free port), a client of ``bootstrap`` with
+    ``client_config`` (confluent-kafka settings, e.g. the inter-broker listener's
+    security); its writes through ``route`` (None: outside a cluster, all here); its
+    security from the config of ``broker`` (by default the route's; none: plain HTTP, no
+    authentication). TlsError when registry.ssl.enabled is set and the PEM material does
+    not load."""
     if broker is None and route is not None:
         broker = route.broker
     security = (http_security("registry", broker.config, broker)
                 if broker is not None else None)
-    role = RegistryRole(host, port, bootstrap, route=route, security=security)
+    role = RegistryRole(host, port, bootstrap, route=route, security=security,
+                        client_config=client_config)
     await role.start()
     return role

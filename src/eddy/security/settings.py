@@ -6,14 +6,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from eddy.security.authorizer import parse_super_users
-from eddy.security.listeners import resolve_listeners
+from eddy.security.listeners import ListenerSpec, resolve_listeners
 
 if TYPE_CHECKING:
     from eddy.config import BrokerConfig
 
 __all__ = ["AUTHORIZERS", "CLIENT_AUTH", "HTTP_AUTHENTICATION_METHODS", "MECHANISMS",
            "authorizer_enabled", "bootstrap_user", "check_security",
-           "http_authentication_method", "mechanisms"]
+           "http_authentication_method", "inter_broker_credentials",
+           "inter_broker_mechanism", "mechanisms"]
 
 #: the SASL mechanisms Eddy serves
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -40,12 +41,48 @@ def mechanisms(value: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def bootstrap_user(value: str) -> tuple[str, str]:
-    """sasl.bootstrap.user as (name, password); the message never holds the value."""
+def bootstrap_user(value: str, setting: str = "sasl.bootstrap.user") -> tuple[str, str]:
+    """sasl.bootstrap.user (or ``setting``) as (name, password); the message never holds
+    the value."""
     name, sep, password = value.partition(":")
     if not sep or not name.strip() or not password:
-        raise ValueError("sasl.bootstrap.user: expected NAME:PASSWORD with both non-empty")
+        raise ValueError(f"{setting}: expected NAME:PASSWORD with both non-empty")
     return name.strip(), password
+
+
+def inter_broker_mechanism(config: BrokerConfig) -> str:
+    """sasl.mechanism.inter.broker.protocol, upper-cased, checked."""
+    value = config.sasl_mechanism_inter_broker_protocol.strip().upper()
+    if value not in MECHANISMS:
+        raise ValueError(f"sasl.mechanism.inter.broker.protocol: {value[:64]!r} is not one of "
+                         f"{', '.join(MECHANISMS)}")
+    return value
+
+
+def inter_broker_credentials(config: BrokerConfig) -> tuple[str, str] | None:
+    """(name, password) the node logs in with on a SASL inter-broker listener:
+    sasl.inter.broker.user, else sasl.bootstrap.user; None when neither is set."""
+    if config.sasl_inter_broker_user is not None:
+        return bootstrap_user(config.sasl_inter_broker_user.get_secret_value(),
+                              "sasl.inter.broker.user")
+    if config.sasl_bootstrap_user is not None:
+        return bootstrap_user(config.sasl_bootstrap_user.get_secret_value())
+    return None
+
+
+def _check_inter_broker(config: BrokerConfig, specs: list[ListenerSpec]) -> None:
+    mechanism = inter_broker_mechanism(config)
+    credentials = inter_broker_credentials(config)
+    if not specs or not specs[0].sasl:
+        return
+    if credentials is None:
+        raise ValueError(f"listener {specs[0].name} (inter-broker) uses SASL: set "
+                         "sasl.inter.broker.user or sasl.bootstrap.user (NAME:PASSWORD the "
+                         "nodes log in to each other with)")
+    if mechanism not in mechanisms(config.sasl_enabled_mechanisms):
+        raise ValueError(f"sasl.mechanism.inter.broker.protocol={mechanism}: not in "
+                         f"sasl.enabled.mechanisms ({config.sasl_enabled_mechanisms}), so the "
+                         "inter-broker listener would refuse it")
 
 
 def http_authentication_method(value: str, setting: str) -> str:
@@ -94,6 +131,7 @@ def check_security(config: BrokerConfig) -> None:
                          "ACLs live in a cluster's metadata, which a gateway does not follow)")
     if config.sasl_bootstrap_user is not None:
         bootstrap_user(config.sasl_bootstrap_user.get_secret_value())
+    _check_inter_broker(config, specs)
     for http in ("registry", "admin"):
         _check_http_authentication(config, http)
     tls = [f"listener {s.name}" for s in specs if s.tls]

@@ -1,6 +1,7 @@
 """Metadata on a clustered broker (the helpers metadata.py answers with): every live broker,
-and each partition's leader, replicas, ISR and leader epoch as this node's replica of the ``metadata`` state has them; unknown
-topics are created through the controller (auto.create.topics.enable).
+and each partition's leader, replicas, ISR and leader epoch as this node's replica of the
+``metadata`` state has them; unknown topics are created through the controller
+(auto.create.topics.enable).
 
 The controller id it gives is its own, as a KRaft broker gives some live broker's (KIP-590):
 every broker takes admin requests and forwards them to the real controller, and a client

@@ -40,6 +40,7 @@ from eddy.cluster.replication.link import LeaderLink, MalformedResponse
 from eddy.log.partition import PartitionLog
 from eddy.protocol.errors import ErrorCode, KafkaError
 from eddy.protocol.replica_batches import check_replica_batches
+from eddy.security.inter_broker import InterBrokerSecurity
 
 if TYPE_CHECKING:
     from eddy.cluster.replication.manager import ReplicaManager
@@ -152,7 +153,8 @@ class Fetcher:
         config = self.manager.broker.config
         self._link = await LeaderLink.connect(
             inter_broker(record.kafka_addr), f"eddy-replica-{self.manager.me}",
-            config.replica_fetch_response_max_bytes + (1 << 20), CONNECT_TIMEOUT_S)
+            config.replica_fetch_response_max_bytes + (1 << 20), CONNECT_TIMEOUT_S,
+            InterBrokerSecurity.from_config(config))
         return self._link
 
     def _timeout_s(self) -> float:

@@ -9,23 +9,40 @@ broken or hostile leader costs this connection, never the process.
 The socket is read straight into the response's own buffer (``asyncio.BufferedProtocol``):
 a fetch answer of a megabyte or more is copied once on its way in, not into a stream
 buffer, out of it, and moved down behind it (measured: ~14 % of a follower's time).
+
+The link speaks the inter-broker listener's security protocol (``InterBrokerSecurity``):
+TLS with the node's client context, and on SASL a login (``link_auth``) before the first
+request, repeated before the session the leader granted runs out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import ssl
 import struct
-from typing import Any, cast
+import time
+from typing import TYPE_CHECKING, Any, cast
 
-from kio.schema.request_header.v2.header import RequestHeader
 from kio.serial import entity_writer
 
 from eddy.client.raw import MalformedResponse, decode_response
+from eddy.cluster.replication.link_auth import (
+    MAX_AUTH_RESPONSE_BYTES,
+    authenticate,
+    link_failure,
+)
+from eddy.security.tls import TlsError
+
+if TYPE_CHECKING:
+    from eddy.security.inter_broker import InterBrokerSecurity
 
 __all__ = ["LeaderLink", "MalformedResponse"]
 
 _SIZE = struct.Struct(">i")
+#: re-authenticate when this share of the granted session lifetime has passed (Kafka:
+#: 85-95 %)
+REAUTH_AT = 0.85
 
 
 class _Frames(asyncio.BufferedProtocol):
@@ -116,26 +133,71 @@ class LeaderLink:
         self._frames = frames
         self._correlation = 0
         self.client_id = client_id
+        self._security: InterBrokerSecurity | None = None
+        self._where = ""
+        self._reauth_at: float | None = None  # monotonic time of the next login
 
     @classmethod
     async def connect(cls, address: str, client_id: str, max_response_bytes: int,
-                      timeout_s: float) -> LeaderLink:
+                      timeout_s: float, security: InterBrokerSecurity | None = None
+                      ) -> LeaderLink:
+        """A link to ``address``, secured as ``security`` says (None: plain TCP): TLS
+        verified against the node's trusted CAs, then the SASL login. A TlsError, a
+        LinkAuthError (both OSErrors) or a MalformedResponse when that fails."""
         host, _, port = address.rpartition(":")
+        host = host.strip("[]")
         frames = _Frames(max_response_bytes)
-        transport, _ = await asyncio.wait_for(
-            asyncio.get_running_loop().create_connection(
-                lambda: frames, host.strip("[]"), int(port)), timeout_s)
-        return cls(transport, frames, client_id)
+        where = f"{address} ({security.protocol if security else 'PLAINTEXT'})"
+        try:
+            context = security.ssl_context() if security is not None else None
+            tls: dict[str, Any] = ({} if context is None else
+                                   {"ssl": context, "server_hostname": host,
+                                    "ssl_handshake_timeout": timeout_s})
+            transport, _ = await asyncio.wait_for(
+                asyncio.get_running_loop().create_connection(
+                    lambda: frames, host, int(port), **tls), timeout_s)
+        except ssl.SSLError as exc:  # the leader's certificate, or ours, refused
+            raise link_failure(where, f"TLS handshake failed: {exc.reason or exc}") from None
+        except TlsError as exc:  # this node's PEM material does not load
+            raise link_failure(where, str(exc)) from None
+        link = cls(transport, frames, client_id)
+        link._where = where
+        if security is not None and security.mechanism is not None:
+            link._security = security
+            try:
+                await link._login(timeout_s)
+            except BaseException:
+                await link.close()
+                raise
+        return link
+
+    async def _login(self, timeout_s: float) -> None:
+        security = self._security
+        assert security is not None and security.mechanism is not None
+        assert security.user is not None and security.password is not None
+        cap, self._frames.max_bytes = self._frames.max_bytes, MAX_AUTH_RESPONSE_BYTES
+        try:
+            lifetime_ms = await authenticate(self._call, security.mechanism, security.user,
+                                             security.password, timeout_s, self._where)
+        finally:
+            self._frames.max_bytes = cap
+        self._reauth_at = (time.monotonic() + lifetime_ms / 1000 * REAUTH_AT
+                           if lifetime_ms > 0 else None)
 
     async def call(self, request: Any, timeout_s: float) -> Any:
-        """Send a flexible-version kio request, return its decoded response."""
+        """Send a kio request, return its decoded response (logging in again first when
+        the SASL session is about to end)."""
+        if self._reauth_at is not None and time.monotonic() >= self._reauth_at:
+            await self._login(timeout_s)
+        return await self._call(request, timeout_s)
+
+    async def _call(self, request: Any, timeout_s: float) -> Any:
         cls = type(request)
-        if not cls.__flexible__:
-            raise ValueError("only flexible request versions are sent on a leader link")
+        header = cls.__header_schema__  # v2 for flexible versions, v1 before
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF
         buf = io.BytesIO()
         buf.write(b"\0\0\0\0")
-        entity_writer(RequestHeader)(buf, RequestHeader(
+        entity_writer(header)(buf, header(
             request_api_key=cls.__api_key__, request_api_version=cls.__version__,
             correlation_id=self._correlation, client_id=self.client_id))
         entity_writer(cls)(buf, request)
