@@ -23,18 +23,16 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from eddy.broker.dynamic_configs import APPLY_WAIT_S
-from eddy.cluster.controller_rpc import ProposeRequest
-from eddy.cluster.metadata import MetadataState, encode_command
+from eddy.broker.handlers.proposals import OK, Change, Outcome, make_all
+from eddy.cluster.metadata import MetadataState
 from eddy.cluster.metadata.commands import CreateAcl, DeleteAcl
 from eddy.cluster.metadata.records import AclBinding
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
-from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.protocol.errors import ErrorCode
 from eddy.security.acl import AclOperation, PatternType
 from eddy.security.acl_filters import (
     AclFilter,
@@ -58,7 +56,6 @@ NO_AUTHORIZER_DESCRIBE = "No Authorizer is configured on the broker"
 NOT_AUTHORIZED = "Cluster authorization failed."
 
 #: proposals of one request in flight at once
-MAX_IN_FLIGHT = 32
 #: bindings one request may create or delete (Kafka's MAX_RECORDS_PER_USER_OP)
 MAX_CHANGES = 10_000
 #: bindings one request's filters may examine, and matches it may report, in all
@@ -72,50 +69,12 @@ TOO_MANY_DELETED = f"Cannot remove more than {MAX_CHANGES} acls in a single dele
 TOO_MUCH_WORK = ("This request's filters examine or match too many ACLs; send fewer filters "
                  "per request")
 
-Outcome = tuple[ErrorCode, str | None]
-OK: Outcome = (ErrorCode.none, None)
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One binding to create or delete, and when this node's replica shows it done."""
-
-    command: CreateAcl | DeleteAcl
-    done: Callable[[MetadataState], bool]
-
-
 def _create_change(acl: AclBinding) -> Change:
     return Change(CreateAcl(acl), lambda s: acl in s.acls)
 
 
 def _delete_change(acl: AclBinding) -> Change:
     return Change(DeleteAcl(acl), lambda s: acl not in s.acls)
-
-
-async def _make(cluster: ClusterService, change: Change) -> Outcome:
-    """Have the controller apply ``change``; done once this node's replica shows it."""
-    try:
-        await cluster.ask_checked(ProposeRequest(encode_command(change.command)), APPLY_WAIT_S)
-    except KafkaError as exc:
-        return exc.code, exc.message
-    if not await cluster.wait_applied(change.done, APPLY_WAIT_S):
-        return (ErrorCode.request_timed_out,
-                "the change is not on this node's replica of the metadata yet")
-    return OK
-
-
-async def make_all(cluster: ClusterService, changes: Sequence[Change]) -> list[Outcome]:
-    """Each change's outcome, at most ``MAX_IN_FLIGHT`` proposals at once (workers take
-    the next change when one is done: no task per change)."""
-    out: list[Outcome] = [OK] * len(changes)
-    pending = iter(range(len(changes)))
-
-    async def worker() -> None:
-        for i in pending:
-            out[i] = await _make(cluster, changes[i])
-
-    await asyncio.gather(*(worker() for _ in range(min(MAX_IN_FLIGHT, len(changes)))))
-    return out
 
 
 async def _pause(i: int) -> None:

@@ -11,34 +11,28 @@ CLUSTER_AUTHORIZATION_FAILED for each user named).
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from eddy.broker.dynamic_configs import APPLY_WAIT_S
+from eddy.broker.handlers.proposals import OK, Change, Outcome, make_all
 from eddy.broker.handlers.topic_results import CLUSTER_DENIED
-from eddy.cluster.controller_rpc import ProposeRequest
-from eddy.cluster.metadata import MetadataState, encode_command
+from eddy.cluster.metadata import MetadataState
 from eddy.cluster.metadata.commands import DeleteScramUser, UpsertScramUser
 from eddy.cluster.metadata.records import ScramCredential
 from eddy.cluster.metadata.security import MAX_ITERATIONS, MAX_NAME, MAX_SALT, MIN_ITERATIONS
 from eddy.cluster.scram import MECHANISMS, derive_keys
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
-from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.protocol.errors import ErrorCode
 from eddy.security.acl import AclOperation
 from eddy.security.checks import cluster_allowed
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
-    from eddy.cluster.service import ClusterService
 
 _NO_TIME = datetime.timedelta(0)
-#: proposals of one request in flight at once (a request may name thousands of users)
-MAX_IN_FLIGHT = 32
 
 # Kafka's messages (its ScramControlManager and ScramImage)
 TWICE = "A user credential cannot be altered twice in the same request"
@@ -61,19 +55,8 @@ NOT_CLUSTERED_MESSAGE = (
     "(process.roles=broker and no controller.quorum.voters): run it as a cluster of one "
     "(leave process.roles unset, the default) or as part of a cluster")
 
-Outcome = tuple[ErrorCode, str | None]
-OK: Outcome = (ErrorCode.none, None)
 #: one user of a describe: its name, outcome and credentials as (mechanism, iterations)
 Row = tuple[str, Outcome, list[tuple[int, int]]]
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One user's accepted alteration: the command, and when this node's replica shows it."""
-
-    user: str
-    command: UpsertScramUser | DeleteScramUser
-    done: Callable[[MetadataState], bool]
 
 
 def _check_name_and_mechanism(name: str, mechanism: int) -> Outcome | None:
@@ -124,12 +107,12 @@ def _upsert_change(up: Any) -> Change:
                            up.iterations)
     command = UpsertScramUser(up.name, up.mechanism, up.salt, keys.stored_key,
                               keys.server_key, up.iterations)
-    return Change(up.name, command,
+    return Change(command,
                   lambda s: s.scram_credential(want.user, want.mechanism) == want)
 
 
 def _delete_change(name: str, mechanism: int) -> Change:
-    return Change(name, DeleteScramUser(name, mechanism),
+    return Change(DeleteScramUser(name, mechanism),
                   lambda s: s.scram_credential(name, mechanism) is None)
 
 
@@ -169,20 +152,6 @@ def plan(state: MetadataState, deletions: Iterable[Any], upsertions: Iterable[An
     return order, changes, errors
 
 
-async def _make(cluster: ClusterService, change: Change, gate: asyncio.Semaphore) -> Outcome:
-    """Have the controller apply ``change``; done once this node's replica shows it."""
-    async with gate:
-        try:
-            await cluster.ask_checked(ProposeRequest(encode_command(change.command)),
-                                      APPLY_WAIT_S)
-        except KafkaError as exc:
-            return exc.code, exc.message
-        if not await cluster.wait_applied(change.done, APPLY_WAIT_S):
-            return (ErrorCode.request_timed_out,
-                    "the change is not on this node's replica of the metadata yet")
-    return OK
-
-
 def _distinct(names: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
@@ -203,8 +172,7 @@ async def alter_user_scram_credentials(broker: Broker, req: Request) -> Any:
         outcomes = {name: (NOT_CLUSTERED, NOT_CLUSTERED_MESSAGE) for name in order}
     else:
         order, changes, outcomes = plan(cluster.state, body.deletions, body.upsertions)
-        gate = asyncio.Semaphore(MAX_IN_FLIGHT)
-        made = await asyncio.gather(*(_make(cluster, c, gate) for c in changes.values()))
+        made = await make_all(cluster, list(changes.values()))
         outcomes.update(zip(changes, made, strict=True))
     results = tuple(build(mod.AlterUserScramCredentialsResult, user=name,
                           error_code=outcomes[name][0], error_message=outcomes[name][1])
