@@ -4,7 +4,8 @@ bench.fuzz.mesh_decoders --seconds 10 [--seed N] [--json out.json]`.
 ``check_input(data)`` is the target: the bytes are one QUIC stream, parsed whole
 (``parse_frame``) and fed in chunks (``FrameReader``; the first byte picks the chunk size),
 and each mesh message is decoded from them with postcard (``Hello``, ``Pong``, the whole
-``PingFrame`` enum, ``KafkaOpRequest``, ``KafkaOpResponse``, ``Pointer``, ``PullResponse``),
+``PingFrame`` enum, ``KafkaOpRequest``, ``KafkaOpResponse``, ``Pointer``, ``PullResponse``,
+a gateway's ``CredentialRequest``/``CredentialAnswer`` and ``KafkaOpAs``, and the rest),
 from the frame's payload when a frame parses and from the raw bytes otherwise; the raw bytes
 are also checked as a peer's certificate and membership token (``membership_target``). Only
 ``FrameError`` and ``PostcardError`` are documented; anything else escaping is a finding,
@@ -61,6 +62,7 @@ from eddy.cluster.raft.types import ConfState
 from eddy.cluster.txn_rpc import WriteMarkersReply, WriteMarkersRequest
 from eddy.cluster.txn_rpc import decode_reply as decode_markers_reply
 from eddy.cluster.txn_rpc import decode_request as decode_markers_request
+from eddy.gateway.acting import check_client
 from eddy.gateway.ops import OPS
 from eddy.mesh import postcard
 from eddy.mesh.announce import (
@@ -80,15 +82,20 @@ from eddy.mesh.control import (
 from eddy.mesh.frames import (
     TAG_CONTROL_RPC,
     TAG_CONTROLLER,
+    TAG_CREDENTIALS,
     TAG_GOSSIP,
     TAG_KAFKA_OP,
+    TAG_KAFKA_OP_AS,
     TAG_PING,
     TAG_POINTER_PULL,
     TAG_RAFT,
     TAG_TXN_MARKERS,
+    CredentialAnswer,
+    CredentialRequest,
     FrameError,
     FrameReader,
     Hello,
+    KafkaOpAs,
     KafkaOpRequest,
     KafkaOpResponse,
     PeerInfo,
@@ -105,6 +112,7 @@ from eddy.mesh.gossip_messages import GossipMessage, GossipMessageError, Join, P
 from eddy.mesh.gossip_messages import Ping as GossipPing
 from eddy.mesh.gossip_messages import validate as validate_gossip
 from eddy.mesh.postcard import PostcardError
+from eddy.security.remote_credentials import CredentialError, check_request, credential_of
 
 MAX_PAYLOAD = 1 << 16
 MESSAGES: list[Any] = [
@@ -121,6 +129,8 @@ MESSAGES: list[Any] = [
     OffsetsEntry, OffsetsSnapshot,
     # transaction markers asked of a partition's leader, and its answers (tag 0x07)
     WriteMarkersRequest, WriteMarkersReply,
+    # a gateway's credential lookups (tag 0x09) and its clients' ops (tag 0x12)
+    CredentialRequest, CredentialAnswer, KafkaOpAs,
 ]
 DOCUMENTED = (FrameError, PostcardError)
 
@@ -164,6 +174,17 @@ def _decode(tp: Any, data: bytes) -> None:
             decode_markers_reply(data, 3)
     elif tp is OffsetsSnapshot:
         OffsetsMachine().restore(data)
+    elif tp is CredentialRequest:
+        with contextlib.suppress(CredentialError):
+            check_request(value)
+    elif tp is CredentialAnswer:
+        for mechanism in (1, 2):
+            with contextlib.suppress(CredentialError):
+                credential_of(value, "u", mechanism)
+    elif tp is KafkaOpAs:
+        check_client(value.principal, value.host)
+        with contextlib.suppress(PostcardError):
+            postcard.decode(KafkaOpRequest, value.request)
 
 
 def _ask_controller(data: bytes) -> None:
@@ -247,6 +268,12 @@ def seed_messages() -> list[tuple[int, Any]]:
                                  (txn_key("t"), b'{"producer_id": 1}')))),
         (TAG_TXN_MARKERS, WriteMarkersRequest(5, 1, True, (("t", 0), ("u", 3)))),
         (TAG_TXN_MARKERS, WriteMarkersReply(0, None, (0, 6, 3))),
+        (TAG_CREDENTIALS, CredentialRequest("alice", 2)),
+        (TAG_CREDENTIALS, CredentialAnswer(0, True, rng.randbytes(32), rng.randbytes(32),
+                                           rng.randbytes(32), 8192)),
+        (TAG_CREDENTIALS, CredentialAnswer(31, False, b"", b"", b"", 0)),
+        (TAG_KAFKA_OP_AS, KafkaOpAs("User:alice", "10.0.0.7", postcard.encode(
+            KafkaOpRequest(3, 0x02, 0, 30_000, rng.randbytes(24))))),
     ]
 
 

@@ -29,13 +29,24 @@ from eddy.gateway.executor import OpExecutor
 from eddy.gateway.handlers import GATEWAY_HANDLERS, GATEWAY_VERSIONS
 from eddy.gateway.mesh_link import DirectoryRoutes, KafkaOpServer, MeshForwarder
 from eddy.gateway.node import Gateway
-from eddy.mesh.frames import TAG_KAFKA_OP, TAG_REGISTRY, TAG_TXN_MARKERS
+from eddy.mesh.frames import (
+    TAG_CREDENTIALS,
+    TAG_KAFKA_OP,
+    TAG_KAFKA_OP_AS,
+    TAG_REGISTRY,
+    TAG_TXN_MARKERS,
+)
 from eddy.mesh.identity import NodeIdentity
 from eddy.mesh.quic import MeshError, MeshTimeout, PeerUnavailable
 from eddy.mesh.service import MeshService
 from eddy.observe import otel_setup
 from eddy.security.checks import cluster_authorizer
 from eddy.security.inter_broker import InterBrokerSecurity, warn_principal
+from eddy.security.remote_credentials import (
+    CredentialCache,
+    CredentialServer,
+    MeshCredentialSource,
+)
 from eddy.security.servers import cluster_lookup, ensure_bootstrap_user, make_servers
 from eddy.security.settings import authorizer_enabled
 from eddy.security.tls import TlsError
@@ -98,7 +109,10 @@ async def start_node(config: BrokerConfig, clock: Clock) -> Node:
         cluster_id = broker.cluster_id if broker is not None else load_cluster_id(
             config.data_dir, config.node_id)
         gateway = Gateway(config, DirectoryRoutes(mesh.directory), forwarder, cluster_id)
-        servers = make_servers(config, gateway, cluster_lookup(broker),
+        # a gateway alone asks a broker for its SASL users' credentials (cached 1 s)
+        lookup = cluster_lookup(broker) if broker is not None else CredentialCache(
+            MeshCredentialSource(mesh.rpc, mesh.directory).fetch)
+        servers = make_servers(config, gateway, lookup,
                                handlers=GATEWAY_HANDLERS, versions=GATEWAY_VERSIONS)
     else:
         assert broker is not None
@@ -115,12 +129,14 @@ async def start_node(config: BrokerConfig, clock: Clock) -> Node:
         node = gateway if gateway is not None else broker
         assert node is not None
         mesh.set_kafka_address((node.host, node.port))
+        ops_server = KafkaOpServer(OpExecutor(broker) if broker is not None else None,
+                                   mesh.directory)
+        mesh.rpc.handle(TAG_KAFKA_OP, ops_server.handle)
+        mesh.rpc.handle(TAG_KAFKA_OP_AS, ops_server.handle_as)  # ops as a gateway's client
         if broker is not None:
             b = broker
             mesh.hosted = lambda: hosted_by(b)
-            mesh.rpc.handle(TAG_KAFKA_OP, KafkaOpServer(OpExecutor(broker)).handle)
-        else:
-            mesh.rpc.handle(TAG_KAFKA_OP, KafkaOpServer(None).handle)
+            mesh.rpc.handle(TAG_CREDENTIALS, CredentialServer(broker, mesh.directory).handle)
         await mesh.start()
         # DescribeConfigs then tells tools (`eddy cluster status`) where the mesh is
         config = config.model_copy(update={"mesh_advertised": mesh.mesh_addr})

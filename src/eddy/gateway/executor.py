@@ -22,7 +22,9 @@ from eddy.mesh import postcard
 from eddy.observe.tracing import span
 from eddy.protocol.apis import SUPPORTED, ApiKey
 from eddy.protocol.codec import Encoded, Request, build, request_module
-from eddy.protocol.errors import KafkaError
+from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.security.acl import AclOperation
+from eddy.security.session import Session
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _MS = datetime.timedelta(milliseconds=1)
@@ -59,14 +61,17 @@ def _by_topic(items: Iterable[tuple[str, Any]]) -> dict[str, list[Any]]:
 
 
 def _request(key: ApiKey, version: int, body: Any, client_id: str = "",
-             client_host: str = "") -> Request:
-    return Request(key, version, 0, client_id or None, body, client_host)
+             client_host: str = "", session: Session | None = None) -> Request:
+    """The Kafka request a direct client would have sent; ``session`` is the gateway's
+    client when the op came for one (the handlers' authorization checks read it)."""
+    return Request(key, version, 0, client_id or None, body, client_host, session)
 
 
 # ---- data ops ----------------------------------------------------------------------------
 
 
-async def _produce(broker: Broker, op: ops.ProduceOp) -> ops.ProduceOpResp:
+async def _produce(broker: Broker, op: ops.ProduceOp,
+                   session: Session | None = None) -> ops.ProduceOpResp:
     v = _version(ApiKey.PRODUCE, op.api_version)
     mod = request_module(ApiKey.PRODUCE, v)
     body = build(
@@ -82,7 +87,7 @@ async def _produce(broker: Broker, op: ops.ProduceOp) -> ops.ProduceOpResp:
             for t in op.topics
         ),
     )
-    resp = await produce.handle(broker, _request(ApiKey.PRODUCE, v, body))
+    resp = await produce.handle(broker, _request(ApiKey.PRODUCE, v, body, session=session))
     return ops.ProduceOpResp(tuple(
         ops.ProduceTopicResp(t.name, tuple(
             ops.ProducePartitionResp(
@@ -117,7 +122,8 @@ def _joined(chunks: list[Sized]) -> bytes:
     return b"".join(parts)
 
 
-async def _fetch(broker: Broker, op: ops.FetchOp) -> ops.FetchOpResp:
+async def _fetch(broker: Broker, op: ops.FetchOp,
+                 session: Session | None = None) -> ops.FetchOpResp:
     v = FETCH_VERSION
     mod = request_module(ApiKey.FETCH, v)
     body = build(
@@ -135,7 +141,7 @@ async def _fetch(broker: Broker, op: ops.FetchOp) -> ops.FetchOpResp:
             for t in op.topics
         ),
     )
-    encoded = await fetch.handle(broker, _request(ApiKey.FETCH, v, body))
+    encoded = await fetch.handle(broker, _request(ApiKey.FETCH, v, body, session=session))
     assert isinstance(encoded, Encoded)
     data = _joined(encoded.chunks)
     del encoded  # let go of the segment file pins
@@ -156,7 +162,8 @@ async def _fetch(broker: Broker, op: ops.FetchOp) -> ops.FetchOpResp:
     ))
 
 
-async def _list_offsets(broker: Broker, op: ops.ListOffsetsOp) -> ops.ListOffsetsOpResp:
+async def _list_offsets(broker: Broker, op: ops.ListOffsetsOp,
+                        session: Session | None = None) -> ops.ListOffsetsOpResp:
     v = _version(ApiKey.LIST_OFFSETS, op.api_version)
     mod = request_module(ApiKey.LIST_OFFSETS, v)
     body = build(
@@ -169,7 +176,8 @@ async def _list_offsets(broker: Broker, op: ops.ListOffsetsOp) -> ops.ListOffset
             for t in op.topics
         ),
     )
-    resp = await list_offsets.handle(broker, _request(ApiKey.LIST_OFFSETS, v, body))
+    request = _request(ApiKey.LIST_OFFSETS, v, body, session=session)
+    resp = await list_offsets.handle(broker, request)
     return ops.ListOffsetsOpResp(tuple(
         ops.ListOffsetsTopicResp(t.name, tuple(
             ops.ListOffsetsPartitionResp(p.partition_index, int(p.error_code),
@@ -180,7 +188,8 @@ async def _list_offsets(broker: Broker, op: ops.ListOffsetsOp) -> ops.ListOffset
     ))
 
 
-async def _create_topics(broker: Broker, op: ops.CreateTopicsOp) -> ops.CreateTopicsOpResp:
+async def _create_topics(broker: Broker, op: ops.CreateTopicsOp,
+                         session: Session | None = None) -> ops.CreateTopicsOpResp:
     v = _newest(ApiKey.CREATE_TOPICS)
     mod = request_module(ApiKey.CREATE_TOPICS, v)
     body = build(
@@ -193,7 +202,8 @@ async def _create_topics(broker: Broker, op: ops.CreateTopicsOp) -> ops.CreateTo
             for t in op.topics
         ),
     )
-    resp = await admin.create_topics(broker, _request(ApiKey.CREATE_TOPICS, v, body))
+    request = _request(ApiKey.CREATE_TOPICS, v, body, session=session)
+    resp = await admin.create_topics(broker, request)
     return ops.CreateTopicsOpResp(tuple(
         ops.CreateTopicResult(
             name=t.name, error_code=int(t.error_code), error_message=t.error_message,
@@ -206,22 +216,23 @@ async def _create_topics(broker: Broker, op: ops.CreateTopicsOp) -> ops.CreateTo
     ))
 
 
-async def _init_producer_id(broker: Broker, op: ops.InitProducerIdOp
-                            ) -> ops.InitProducerIdOpResp:
+async def _init_producer_id(broker: Broker, op: ops.InitProducerIdOp,
+                            session: Session | None = None) -> ops.InitProducerIdOpResp:
     v = _newest(ApiKey.INIT_PRODUCER_ID)
     mod = request_module(ApiKey.INIT_PRODUCER_ID, v)
     body = build(mod.InitProducerIdRequest, transactional_id=op.transactional_id,
                  transaction_timeout=_td(op.transaction_timeout_ms),
                  producer_id=op.producer_id, producer_epoch=op.producer_epoch)
-    resp = await producer_id.init_producer_id(broker,
-                                              _request(ApiKey.INIT_PRODUCER_ID, v, body))
+    request = _request(ApiKey.INIT_PRODUCER_ID, v, body, session=session)
+    resp = await producer_id.init_producer_id(broker, request)
     return ops.InitProducerIdOpResp(int(resp.error_code), resp.producer_id, resp.producer_epoch)
 
 
 # ---- group ops (the handlers emit seed 003's eddy.broker.group.* spans) ------------------
 
 
-async def _join_group(broker: Broker, op: ops.JoinGroupOp) -> ops.JoinGroupOpResp:
+async def _join_group(broker: Broker, op: ops.JoinGroupOp,
+                      session: Session | None = None) -> ops.JoinGroupOpResp:
     v = _version(ApiKey.JOIN_GROUP, op.api_version)
     mod = request_module(ApiKey.JOIN_GROUP, v)
     rebalance = op.rebalance_timeout_ms if op.rebalance_timeout_ms >= 0 else op.session_timeout_ms
@@ -234,7 +245,7 @@ async def _join_group(broker: Broker, op: ops.JoinGroupOp) -> ops.JoinGroupOpRes
         reason=op.reason,
     )
     r = await groups.join_group(broker, _request(ApiKey.JOIN_GROUP, v, body, op.client_id,
-                                                 op.client_host))
+                                                 op.client_host, session=session))
     name = r.protocol_name
     return ops.JoinGroupOpResp(
         error_code=int(r.error_code), generation_id=r.generation_id,
@@ -247,7 +258,8 @@ async def _join_group(broker: Broker, op: ops.JoinGroupOp) -> ops.JoinGroupOpRes
     )
 
 
-async def _sync_group(broker: Broker, op: ops.SyncGroupOp) -> ops.SyncGroupOpResp:
+async def _sync_group(broker: Broker, op: ops.SyncGroupOp,
+                      session: Session | None = None) -> ops.SyncGroupOpResp:
     v = _version(ApiKey.SYNC_GROUP, op.api_version)
     mod = request_module(ApiKey.SYNC_GROUP, v)
     body = build(
@@ -257,22 +269,24 @@ async def _sync_group(broker: Broker, op: ops.SyncGroupOp) -> ops.SyncGroupOpRes
         assignments=tuple(build(mod.SyncGroupRequestAssignment, member_id=m, assignment=a)
                           for m, a in op.assignments),
     )
-    r = await groups.sync_group(broker, _request(ApiKey.SYNC_GROUP, v, body))
+    r = await groups.sync_group(broker, _request(ApiKey.SYNC_GROUP, v, body, session=session))
     return ops.SyncGroupOpResp(int(r.error_code), r.assignment,
                                getattr(r, "protocol_type", None),
                                getattr(r, "protocol_name", None))
 
 
-async def _heartbeat(broker: Broker, op: ops.HeartbeatOp) -> ops.HeartbeatOpResp:
+async def _heartbeat(broker: Broker, op: ops.HeartbeatOp,
+                     session: Session | None = None) -> ops.HeartbeatOpResp:
     v = _version(ApiKey.HEARTBEAT, op.api_version)
     mod = request_module(ApiKey.HEARTBEAT, v)
     body = build(mod.HeartbeatRequest, group_id=op.group_id, generation_id=op.generation_id,
                  member_id=op.member_id, group_instance_id=op.group_instance_id)
-    r = await groups.heartbeat(broker, _request(ApiKey.HEARTBEAT, v, body))
+    r = await groups.heartbeat(broker, _request(ApiKey.HEARTBEAT, v, body, session=session))
     return ops.HeartbeatOpResp(int(r.error_code))
 
 
-async def _leave_group(broker: Broker, op: ops.LeaveGroupOp) -> ops.LeaveGroupOpResp:
+async def _leave_group(broker: Broker, op: ops.LeaveGroupOp,
+                       session: Session | None = None) -> ops.LeaveGroupOpResp:
     members = op.members or ((op.member_id, None),)
     # v3+ carries every member; run it at the newest so batched leaves keep their ids
     v = _newest(ApiKey.LEAVE_GROUP)
@@ -280,31 +294,44 @@ async def _leave_group(broker: Broker, op: ops.LeaveGroupOp) -> ops.LeaveGroupOp
     body = build(mod.LeaveGroupRequest, group_id=op.group_id, members=tuple(
         build(mod.MemberIdentity, member_id=m, group_instance_id=i, reason=None)
         for m, i in members))
-    r = await groups.leave_group(broker, _request(ApiKey.LEAVE_GROUP, v, body))
+    r = await groups.leave_group(broker, _request(ApiKey.LEAVE_GROUP, v, body, session=session))
     return ops.LeaveGroupOpResp(int(r.error_code), tuple(
         (m.member_id, m.group_instance_id, int(m.error_code)) for m in r.members))
 
 
-async def _offset_commit(broker: Broker, op: ops.OffsetCommitOp) -> ops.OffsetCommitOpResp:
+async def _offset_commit(broker: Broker, op: ops.OffsetCommitOp,
+                         session: Session | None = None) -> ops.OffsetCommitOpResp:
     """The one group op that does not go through the Kafka handler: that handler refuses
     offsets of topics this node does not hold, but a group's owner need not hold its
-    topics (the gateway checks them against its routes). Same coordinator call and span."""
+    topics (the gateway checks them against its routes). Same coordinator call and span,
+    and the handler's authorization: READ on the group, then READ on each topic."""
     v = _version(ApiKey.OFFSET_COMMIT, op.api_version)
     svc = broker.groups
+    asked = _request(ApiKey.OFFSET_COMMIT, v, None, session=session)
+    if not groups.group_allowed(broker, asked, AclOperation.READ, op.group_id):
+        denied = int(ErrorCode.group_authorization_failed)
+        return ops.OffsetCommitOpResp(tuple((t, p, denied) for t, p, _, _ in op.offsets))
+    hidden = {t for t, _, _, _ in op.offsets
+              if not groups.topic_allowed(broker, asked, AclOperation.READ, t)}
     epochs = list(op.leader_epochs) + [-1] * (len(op.offsets) - len(op.leader_epochs))
     entries = [OffsetCommitEntry(topic=t, partition=p, offset=o, leader_epoch=e, metadata=m)
-               for (t, p, o, m), e in zip(op.offsets, epochs, strict=False)]
-    with span("eddy.broker.group.offset-commit", group_id=op.group_id):
-        r = await svc.call(svc.coordinator.commit_offsets(
-            svc.now(), group_id=op.group_id, offsets=entries, generation_id=op.generation_id,
-            member_id=op.member_id, group_instance_id=op.group_instance_id,
-            retention_time_ms=op.retention_time_ms if v <= 4 else -1, api_version=v))
-    codes = {(pr.topic, pr.partition): int(pr.error_code) for pr in r.partitions}
+               for (t, p, o, m), e in zip(op.offsets, epochs, strict=False) if t not in hidden]
+    codes = {(t, p): int(ErrorCode.topic_authorization_failed)
+             for t, p, _, _ in op.offsets if t in hidden}
+    if entries or not hidden:  # Kafka: no topic allowed, no coordinator call
+        with span("eddy.broker.group.offset-commit", group_id=op.group_id):
+            r = await svc.call(svc.coordinator.commit_offsets(
+                svc.now(), group_id=op.group_id, offsets=entries,
+                generation_id=op.generation_id, member_id=op.member_id,
+                group_instance_id=op.group_instance_id,
+                retention_time_ms=op.retention_time_ms if v <= 4 else -1, api_version=v))
+        codes.update({(pr.topic, pr.partition): int(pr.error_code) for pr in r.partitions})
     return ops.OffsetCommitOpResp(tuple(
         (t, p, codes.get((t, p), 0)) for t, p, _, _ in op.offsets))
 
 
-async def _offset_fetch(broker: Broker, op: ops.OffsetFetchOp) -> ops.OffsetFetchOpResp:
+async def _offset_fetch(broker: Broker, op: ops.OffsetFetchOp,
+                        session: Session | None = None) -> ops.OffsetFetchOpResp:
     v = _version(ApiKey.OFFSET_FETCH, op.api_version)
     mod = request_module(ApiKey.OFFSET_FETCH, v)
     wanted = _by_topic(op.partitions)
@@ -321,7 +348,7 @@ async def _offset_fetch(broker: Broker, op: ops.OffsetFetchOp) -> ops.OffsetFetc
             for n, ps in wanted.items())
         body = build(mod.OffsetFetchRequest, group_id=op.group_id, topics=topics,
                      require_stable=op.require_stable)
-    r = await groups.offset_fetch(broker, _request(ApiKey.OFFSET_FETCH, v, body))
+    r = await groups.offset_fetch(broker, _request(ApiKey.OFFSET_FETCH, v, body, session=session))
     g = r.groups[0] if v >= 8 else r
     parts = [(t.name, p) for t in g.topics for p in t.partitions]
     return ops.OffsetFetchOpResp(
@@ -332,24 +359,26 @@ async def _offset_fetch(broker: Broker, op: ops.OffsetFetchOp) -> ops.OffsetFetc
     )
 
 
-async def _list_groups(broker: Broker, op: ops.ListGroupsOp) -> ops.ListGroupsOpResp:
+async def _list_groups(broker: Broker, op: ops.ListGroupsOp,
+                       session: Session | None = None) -> ops.ListGroupsOpResp:
     v = _newest(ApiKey.LIST_GROUPS)
     mod = request_module(ApiKey.LIST_GROUPS, v)
     body = build(mod.ListGroupsRequest, states_filter=op.states_filter,
                  types_filter=op.types_filter)
-    r = await groups.list_groups(broker, _request(ApiKey.LIST_GROUPS, v, body))
+    r = await groups.list_groups(broker, _request(ApiKey.LIST_GROUPS, v, body, session=session))
     return ops.ListGroupsOpResp(int(r.error_code), tuple(
         ops.ListedGroup(g.group_id, g.protocol_type, g.group_state, g.group_type)
         for g in r.groups))
 
 
-async def _describe_groups(broker: Broker, op: ops.DescribeGroupsOp
-                           ) -> ops.DescribeGroupsOpResp:
+async def _describe_groups(broker: Broker, op: ops.DescribeGroupsOp,
+                           session: Session | None = None) -> ops.DescribeGroupsOpResp:
     v = _newest(ApiKey.DESCRIBE_GROUPS)
     mod = request_module(ApiKey.DESCRIBE_GROUPS, v)
     body = build(mod.DescribeGroupsRequest, groups=op.groups,
                  include_authorized_operations=False)
-    r = await groups.describe_groups(broker, _request(ApiKey.DESCRIBE_GROUPS, v, body))
+    request = _request(ApiKey.DESCRIBE_GROUPS, v, body, session=session)
+    r = await groups.describe_groups(broker, request)
     return ops.DescribeGroupsOpResp(tuple(
         ops.DescribedGroup(
             int(g.error_code), g.group_id, g.group_state, g.protocol_type, g.protocol_data,
@@ -359,7 +388,7 @@ async def _describe_groups(broker: Broker, op: ops.DescribeGroupsOp
         for g in r.groups))
 
 
-_Runner = Callable[[Broker, Any], Awaitable[Any]]
+_Runner = Callable[[Broker, Any, Session | None], Awaitable[Any]]
 
 RUNNERS: dict[int, _Runner] = {
     ops.KAFKA_OP_PRODUCE: _produce,
@@ -385,19 +414,20 @@ class OpExecutor:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
-    async def run(self, op: int, request: Any) -> Any:
-        """Run a decoded op; returns its response struct."""
+    async def run(self, op: int, request: Any, session: Session | None = None) -> Any:
+        """Run a decoded op; returns its response struct. ``session``: the gateway's client
+        the op runs as (None: no client, as User:ANONYMOUS)."""
         runner = RUNNERS.get(op)
         if runner is None:
             raise ops.UnknownOp(op)
         try:
-            return await runner(self.broker, request)
+            return await runner(self.broker, request, session)
         except KafkaError as exc:  # e.g. storage failure where no per-item code fits
             raise ops.OpError(f"op 0x{op:02x}: {exc.code.name}: {exc.message}") from None
         except OSError as exc:
             raise ops.OpError(f"op 0x{op:02x}: storage error: {exc}") from None
 
-    async def execute(self, op: int, body: bytes) -> bytes:
+    async def execute(self, op: int, body: bytes, session: Session | None = None) -> bytes:
         """The carrier's entry point: payload in, payload out. Raises UnknownOp, BadOp
         (payload does not decode) or OpError."""
         classes = ops.OPS.get(op)
@@ -407,5 +437,5 @@ class OpExecutor:
             request = postcard.decode(classes[0], body)
         except postcard.PostcardError as exc:
             raise ops.BadOp(f"op 0x{op:02x} ({classes[0].__name__}): {exc}") from None
-        answer: bytes = postcard.encode(await self.run(op, request))
+        answer: bytes = postcard.encode(await self.run(op, request, session))
         return answer

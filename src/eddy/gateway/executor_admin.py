@@ -14,6 +14,7 @@ from eddy.broker.handlers import admin, configs, groups, log_admin
 from eddy.gateway import ops_admin as oa
 from eddy.protocol.apis import SUPPORTED, ApiKey
 from eddy.protocol.codec import Request, build, request_module
+from eddy.security.session import Session
 
 
 def _td(ms: int) -> datetime.timedelta:
@@ -26,8 +27,8 @@ def _newest(key: ApiKey) -> tuple[int, Any]:
     return v, request_module(key, v)
 
 
-def _request(key: ApiKey, version: int, body: Any) -> Request:
-    return Request(key, version, 0, None, body, "")
+def _request(key: ApiKey, version: int, body: Any, session: Session | None = None) -> Request:
+    return Request(key, version, 0, None, body, "", session)
 
 
 def _by_topic(items: tuple[tuple[str, int], ...]) -> dict[str, list[int]]:
@@ -37,20 +38,21 @@ def _by_topic(items: tuple[tuple[str, int], ...]) -> dict[str, list[int]]:
     return out
 
 
-async def delete_topics(broker: Broker, op: oa.DeleteTopicsOp) -> oa.DeleteTopicsOpResp:
+async def delete_topics(broker: Broker, op: oa.DeleteTopicsOp,
+                        session: Session | None = None) -> oa.DeleteTopicsOpResp:
     v, mod = _newest(ApiKey.DELETE_TOPICS)
     body = build(mod.DeleteTopicsRequest, timeout=_td(op.timeout_ms), topic_names=op.names,
                  topics=tuple(build(mod.DeleteTopicState, name=n, topic_id=None)
                               for n in op.names))
-    r = await admin.delete_topics(broker, _request(ApiKey.DELETE_TOPICS, v, body))
+    r = await admin.delete_topics(broker, _request(ApiKey.DELETE_TOPICS, v, body, session=session))
     return oa.DeleteTopicsOpResp(tuple(
         oa.DeletedTopic(t.name or "", int(t.error_code), getattr(t, "error_message", None),
                         t.topic_id.bytes if getattr(t, "topic_id", None) else bytes(16))
         for t in r.responses))
 
 
-async def create_partitions(broker: Broker, op: oa.CreatePartitionsOp
-                            ) -> oa.CreatePartitionsOpResp:
+async def create_partitions(broker: Broker, op: oa.CreatePartitionsOp,
+                            session: Session | None = None) -> oa.CreatePartitionsOpResp:
     v, mod = _newest(ApiKey.CREATE_PARTITIONS)
     me = (broker.node_id,)
     body = build(
@@ -63,13 +65,14 @@ async def create_partitions(broker: Broker, op: oa.CreatePartitionsOp
                       # is enough for the handler to refuse a wrong one
                       for _ in range(min(t.assignments, admin.MAX_PARTITIONS_PER_REQUEST + 1))))
             for t in op.topics))
-    r = await admin.create_partitions(broker, _request(ApiKey.CREATE_PARTITIONS, v, body))
+    request = _request(ApiKey.CREATE_PARTITIONS, v, body, session=session)
+    r = await admin.create_partitions(broker, request)
     return oa.CreatePartitionsOpResp(tuple(
         oa.TopicError(t.name, int(t.error_code), t.error_message) for t in r.results))
 
 
-async def describe_configs(broker: Broker, op: oa.DescribeConfigsOp
-                           ) -> oa.DescribeConfigsOpResp:
+async def describe_configs(broker: Broker, op: oa.DescribeConfigsOp,
+                           session: Session | None = None) -> oa.DescribeConfigsOpResp:
     v, mod = _newest(ApiKey.DESCRIBE_CONFIGS)
     body = build(mod.DescribeConfigsRequest, include_synonyms=op.include_synonyms,
                  include_documentation=op.include_documentation,
@@ -77,7 +80,8 @@ async def describe_configs(broker: Broker, op: oa.DescribeConfigsOp
                                        resource_type=r.resource_type, resource_name=r.name,
                                        configuration_keys=r.keys)
                                  for r in op.resources))
-    resp = await configs.describe_configs(broker, _request(ApiKey.DESCRIBE_CONFIGS, v, body))
+    request = _request(ApiKey.DESCRIBE_CONFIGS, v, body, session=session)
+    resp = await configs.describe_configs(broker, request)
     return oa.DescribeConfigsOpResp(tuple(
         oa.DescribedResource(
             int(r.resource_type), r.resource_name, int(r.error_code), r.error_message,
@@ -96,7 +100,8 @@ def _altered(resp: Any) -> oa.AlterConfigsOpResp:
         for r in resp.responses))
 
 
-async def alter_configs(broker: Broker, op: oa.AlterConfigsOp) -> oa.AlterConfigsOpResp:
+async def alter_configs(broker: Broker, op: oa.AlterConfigsOp,
+                        session: Session | None = None) -> oa.AlterConfigsOpResp:
     v, mod = _newest(ApiKey.ALTER_CONFIGS)
     body = build(mod.AlterConfigsRequest, validate_only=op.validate_only, resources=tuple(
         build(mod.AlterConfigsResource, resource_type=r.resource_type, resource_name=r.name,
@@ -104,11 +109,11 @@ async def alter_configs(broker: Broker, op: oa.AlterConfigsOp) -> oa.AlterConfig
                             for n, val in r.configs))
         for r in op.resources))
     return _altered(await configs.alter_configs(broker, _request(ApiKey.ALTER_CONFIGS, v,
-                                                                 body)))
+                                                                 body, session=session)))
 
 
-async def incremental_alter_configs(broker: Broker, op: oa.IncrementalAlterConfigsOp
-                                    ) -> oa.AlterConfigsOpResp:
+async def incremental_alter_configs(broker: Broker, op: oa.IncrementalAlterConfigsOp,
+                                    session: Session | None = None) -> oa.AlterConfigsOpResp:
     v, mod = _newest(ApiKey.INCREMENTAL_ALTER_CONFIGS)
     body = build(mod.IncrementalAlterConfigsRequest, validate_only=op.validate_only,
                  resources=tuple(
@@ -119,49 +124,54 @@ async def incremental_alter_configs(broker: Broker, op: oa.IncrementalAlterConfi
                                          for c in r.configs))
                      for r in op.resources))
     resp = await configs.incremental_alter_configs(
-        broker, _request(ApiKey.INCREMENTAL_ALTER_CONFIGS, v, body))
+        broker, _request(ApiKey.INCREMENTAL_ALTER_CONFIGS, v, body, session=session))
     return _altered(resp)
 
 
-async def delete_records(broker: Broker, op: oa.DeleteRecordsOp) -> oa.DeleteRecordsOpResp:
+async def delete_records(broker: Broker, op: oa.DeleteRecordsOp,
+                         session: Session | None = None) -> oa.DeleteRecordsOpResp:
     v, mod = _newest(ApiKey.DELETE_RECORDS)
     body = build(mod.DeleteRecordsRequest, timeout=_td(op.timeout_ms), topics=tuple(
         build(mod.DeleteRecordsTopic, name=t.name, partitions=tuple(
             build(mod.DeleteRecordsPartition, partition_index=p, offset=o)
             for p, o in t.partitions))
         for t in op.topics))
-    r = await log_admin.delete_records(broker, _request(ApiKey.DELETE_RECORDS, v, body))
+    request = _request(ApiKey.DELETE_RECORDS, v, body, session=session)
+    r = await log_admin.delete_records(broker, request)
     return oa.DeleteRecordsOpResp(tuple(
         oa.DeleteRecordsTopicResp(t.name, tuple(
             (p.partition_index, p.low_watermark, int(p.error_code)) for p in t.partitions))
         for t in r.topics))
 
 
-async def delete_groups(broker: Broker, op: oa.DeleteGroupsOp) -> oa.DeleteGroupsOpResp:
+async def delete_groups(broker: Broker, op: oa.DeleteGroupsOp,
+                        session: Session | None = None) -> oa.DeleteGroupsOpResp:
     v, mod = _newest(ApiKey.DELETE_GROUPS)
     body = build(mod.DeleteGroupsRequest, groups_names=op.groups)
-    r = await groups.delete_groups(broker, _request(ApiKey.DELETE_GROUPS, v, body))
+    r = await groups.delete_groups(broker, _request(ApiKey.DELETE_GROUPS, v, body, session=session))
     return oa.DeleteGroupsOpResp(tuple((g.group_id, int(g.error_code)) for g in r.results))
 
 
-async def offset_delete(broker: Broker, op: oa.OffsetDeleteOp) -> oa.OffsetDeleteOpResp:
+async def offset_delete(broker: Broker, op: oa.OffsetDeleteOp,
+                        session: Session | None = None) -> oa.OffsetDeleteOpResp:
     v, mod = _newest(ApiKey.OFFSET_DELETE)
     body = build(mod.OffsetDeleteRequest, group_id=op.group_id, topics=tuple(
         build(mod.OffsetDeleteRequestTopic, name=n, partitions=tuple(
             build(mod.OffsetDeleteRequestPartition, partition_index=p) for p in ps))
         for n, ps in _by_topic(op.partitions).items()))
-    r = await groups.offset_delete(broker, _request(ApiKey.OFFSET_DELETE, v, body))
+    r = await groups.offset_delete(broker, _request(ApiKey.OFFSET_DELETE, v, body, session=session))
     return oa.OffsetDeleteOpResp(int(r.error_code), tuple(
         (t.name, p.partition_index, int(p.error_code)) for t in r.topics for p in t.partitions))
 
 
-async def describe_log_dirs(broker: Broker, op: oa.DescribeLogDirsOp
-                            ) -> oa.DescribeLogDirsOpResp:
+async def describe_log_dirs(broker: Broker, op: oa.DescribeLogDirsOp,
+                            session: Session | None = None) -> oa.DescribeLogDirsOpResp:
     v, mod = _newest(ApiKey.DESCRIBE_LOG_DIRS)
     body = build(mod.DescribeLogDirsRequest, topics=None if op.topics is None else tuple(
         build(mod.DescribableLogDirTopic, topic=t.name, partitions=t.partitions)
         for t in op.topics))
-    r = await log_admin.describe_log_dirs(broker, _request(ApiKey.DESCRIBE_LOG_DIRS, v, body))
+    request = _request(ApiKey.DESCRIBE_LOG_DIRS, v, body, session=session)
+    r = await log_admin.describe_log_dirs(broker, request)
     return oa.DescribeLogDirsOpResp(int(getattr(r, "error_code", 0)), tuple(
         oa.LogDir(int(d.error_code), d.log_dir, tuple(
             oa.LogDirTopic(t.name, tuple(
@@ -172,7 +182,7 @@ async def describe_log_dirs(broker: Broker, op: oa.DescribeLogDirsOp
         for d in r.results))
 
 
-_Runner = Callable[[Broker, Any], Awaitable[Any]]
+_Runner = Callable[[Broker, Any, Session | None], Awaitable[Any]]
 
 #: the runner of every admin op (merged into eddy.gateway.executor.RUNNERS)
 ADMIN_RUNNERS: dict[int, _Runner] = {

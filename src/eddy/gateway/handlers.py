@@ -1,15 +1,22 @@
 """The gateway's Kafka handler table: same shape as eddy.broker.server.HANDLERS, served by
-KafkaServer(gateway, handlers=GATEWAY_HANDLERS, versions=GATEWAY_VERSIONS)."""
+KafkaServer(gateway, handlers=GATEWAY_HANDLERS, versions=GATEWAY_VERSIONS).
+
+Each handler runs ``acting_for`` its request: the ops it forwards carry the client's
+principal to the brokers, which authorize them. SaslHandshake and SaslAuthenticate are the
+broker's own handlers (the listener's SaslService does the work; a gateway's looks the
+credentials up at a broker, eddy.security.remote_credentials)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from eddy.broker.handlers import sasl
 from eddy.gateway import handlers_admin as admin
 from eddy.gateway import handlers_data as data
 from eddy.gateway import handlers_groups as groups
 from eddy.gateway import handlers_manage as manage
+from eddy.gateway.acting import acting_for
 from eddy.gateway.node import GATEWAY_VERSIONS, Gateway
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request
@@ -18,7 +25,18 @@ __all__ = ["GATEWAY_HANDLERS", "GATEWAY_VERSIONS", "GatewayHandler"]
 
 GatewayHandler = Callable[[Gateway, Request], Awaitable[Any]]
 
-GATEWAY_HANDLERS: dict[ApiKey, GatewayHandler] = {
+
+def _for_client(handler: GatewayHandler) -> GatewayHandler:
+    async def run(gw: Gateway, req: Request) -> Any:
+        with acting_for(req):
+            return await handler(gw, req)
+
+    run.__name__ = getattr(handler, "__name__", "handler")
+    run.__doc__ = handler.__doc__
+    return run
+
+
+_HANDLERS: dict[ApiKey, GatewayHandler] = {
     ApiKey.API_VERSIONS: admin.api_versions,
     ApiKey.METADATA: admin.metadata,
     ApiKey.FIND_COORDINATOR: admin.find_coordinator,
@@ -45,7 +63,11 @@ GATEWAY_HANDLERS: dict[ApiKey, GatewayHandler] = {
     ApiKey.DELETE_GROUPS: manage.delete_groups,
     ApiKey.OFFSET_DELETE: manage.offset_delete,
     ApiKey.DESCRIBE_LOG_DIRS: manage.describe_log_dirs,
+    ApiKey.SASL_HANDSHAKE: sasl.sasl_handshake,
+    ApiKey.SASL_AUTHENTICATE: sasl.sasl_authenticate,
 }
+GATEWAY_HANDLERS: dict[ApiKey, GatewayHandler] = {
+    key: _for_client(handler) for key, handler in _HANDLERS.items()}
 
 # SCRAM users and ACLs (APIs 29-31, 50, 51) are not served here: a gateway holds no metadata
 # state, and GATEWAY_VERSIONS lists its keys one by one, so it does not advertise them.

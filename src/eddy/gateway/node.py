@@ -81,6 +81,8 @@ def _served() -> dict[ApiKey, VersionRange]:
         ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.DELETE_RECORDS,
         ApiKey.DESCRIBE_CLUSTER, ApiKey.DELETE_GROUPS, ApiKey.OFFSET_DELETE,
         ApiKey.DESCRIBE_LOG_DIRS,
+        # SASL listeners (the exchange is the listener's; credentials from a broker)
+        ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
     )}
     # Fetch v13+ names topics by id; the gateway knows names only (no metadata service yet)
     served[ApiKey.FETCH] = VersionRange(SUPPORTED[ApiKey.FETCH].min, 12)

@@ -23,7 +23,7 @@ from typing import ClassVar
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from eddy.mesh.postcard import I32, U8, U32, U64, Fixed32
+from eddy.mesh.postcard import I16, I32, U8, U32, U64, Fixed32
 
 # -- tag table (seed 000) ----------------------------------------------------------------------
 TAG_RESERVED = 0x00
@@ -34,8 +34,10 @@ TAG_RAFT = 0x05  # control: Raft messages (RaftMessage, uni streams)
 TAG_CONTROLLER = 0x06  # control: brokers' requests to the controller (request/response)
 TAG_TXN_MARKERS = 0x07  # control: transaction markers for a partition's leader (req/resp)
 TAG_REGISTRY = 0x08  # control: schema registry writes for the _schemas leader (req/resp)
+TAG_CREDENTIALS = 0x09  # control: a gateway's SCRAM credential lookups at a broker (req/resp)
 TAG_PING = 0x10  # data: Ping / Pong / Hello (PingFrame)
 TAG_KAFKA_OP = 0x11  # data: KafkaOp carrier
+TAG_KAFKA_OP_AS = 0x12  # data: KafkaOp carrier on behalf of a gateway's client (KafkaOpAs)
 TAG_EXTENSION_FIRST = 0x80
 
 
@@ -346,6 +348,37 @@ class KafkaOpResponse:
     status: U8
     body: bytes
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaOpAs:
+    """TAG_KAFKA_OP_AS: a KafkaOp run as the gateway's client: its principal (e.g.
+    "User:alice") and address; ``request`` is a KafkaOpRequest's postcard encoding (the
+    answer is a KafkaOpResponse, as under TAG_KAFKA_OP)."""
+
+    principal: str
+    host: str
+    request: bytes
+
+
+# -- SCRAM credentials for a gateway (TAG_CREDENTIALS) -----------------------------------------
+@dataclass(frozen=True, slots=True)
+class CredentialRequest:
+    user: str
+    mechanism: U8  # Kafka's ScramMechanism: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialAnswer:
+    """``error_code`` 0 or a Kafka code (CLUSTER_AUTHORIZATION_FAILED: the asker is not a
+    mesh member); ``found`` False: no such credential (the other fields empty)."""
+
+    error_code: I16
+    found: bool
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: U32
 
 
 # -- pointer gossip (seed 000) -----------------------------------------------------------------

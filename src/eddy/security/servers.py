@@ -25,6 +25,7 @@ from eddy.cluster.metadata.records import ScramCredential
 from eddy.cluster.scram import MECHANISMS, derive_keys, salted_password
 from eddy.config import BrokerConfig
 from eddy.protocol.apis import ApiKey, VersionRange
+from eddy.security.remote_credentials import CredentialCache, PrefetchingSaslService
 from eddy.security.sasl import CredentialLookup
 from eddy.security.session import SaslService
 from eddy.security.settings import bootstrap_user, mechanisms
@@ -72,11 +73,13 @@ def cluster_lookup(broker: Any) -> CredentialLookup:
     return lookup
 
 
-def make_servers(config: BrokerConfig, node: Any, lookup: CredentialLookup,
+def make_servers(config: BrokerConfig, node: Any, lookup: CredentialLookup | CredentialCache,
                  handlers: Mapping[ApiKey, NodeHandler] | None = None,
                  versions: Mapping[ApiKey, VersionRange] | None = None) -> list[KafkaServer]:
     """One server per listener, the inter-broker one first. TLS material that does not
-    load raises TlsError (a ValueError naming the setting)."""
+    load raises TlsError (a ValueError naming the setting). ``lookup``: the node's own
+    replica of the metadata (``cluster_lookup``), or a gateway's cache of a broker's
+    answers (eddy.security.remote_credentials), filled before each exchange reads it."""
     specs = config.listener_specs
     tls: TlsContext | None = None
     if any(s.tls for s in specs):
@@ -85,10 +88,12 @@ def make_servers(config: BrokerConfig, node: Any, lookup: CredentialLookup,
                          config.ssl_reload_check_interval_ms / 1000)
     sasl: SaslService | None = None
     if any(s.sasl for s in specs):
-        sasl = SaslService(mechanisms(config.sasl_enabled_mechanisms), lookup,
-                           config.connections_max_reauth_ms,
-                           config.connection_failed_authentication_delay_ms,
-                           config.sasl_failed_logins_per_ip_per_minute)
+        args = (config.connections_max_reauth_ms,
+                config.connection_failed_authentication_delay_ms,
+                config.sasl_failed_logins_per_ip_per_minute)
+        enabled = mechanisms(config.sasl_enabled_mechanisms)
+        sasl = (PrefetchingSaslService(enabled, lookup, *args)
+                if isinstance(lookup, CredentialCache) else SaslService(enabled, lookup, *args))
     servers = []
     for i, spec in enumerate(specs):
         port = spec.advertised_port if spec.advertised_port is not None else spec.port

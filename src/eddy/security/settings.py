@@ -73,8 +73,8 @@ def inter_broker_credentials(config: BrokerConfig) -> tuple[str, str] | None:
 def _check_inter_broker(config: BrokerConfig, specs: list[ListenerSpec]) -> None:
     mechanism = inter_broker_mechanism(config)
     credentials = inter_broker_credentials(config)
-    if not specs or not specs[0].sasl:
-        return
+    if not specs or not specs[0].sasl or "broker" not in config.roles:
+        return  # a gateway alone: no node logs in to it (its SASL users come from a broker)
     if credentials is None:
         raise ValueError(f"listener {specs[0].name} (inter-broker) uses SASL: set "
                          "sasl.inter.broker.user or sasl.bootstrap.user (NAME:PASSWORD the "
@@ -127,8 +127,8 @@ def check_security(config: BrokerConfig) -> None:
                          "this node has no controller quorum (leave process.roles unset to "
                          "run as a cluster of one)")
     if name and "gateway" in config.roles:
-        raise ValueError("authorizer.class.name: a gateway does not authorize requests yet (the "
-                         "ACLs live in a cluster's metadata, which a gateway does not follow)")
+        raise ValueError("authorizer.class.name: a gateway does not authorize requests (the "
+                         "brokers do, as the gateway's client: set it on the brokers)")
     if config.sasl_bootstrap_user is not None:
         bootstrap_user(config.sasl_bootstrap_user.get_secret_value())
     _check_inter_broker(config, specs)
@@ -152,6 +152,3 @@ def check_security(config: BrokerConfig) -> None:
             raise ValueError(f"ssl.client.auth={config.ssl_client_auth}: set "
                              "ssl.truststore.location or ssl.truststore.certificates (the CA "
                              "certificates client certificates are checked with)")
-    if any(s.sasl for s in specs) and "gateway" in config.roles:
-        raise ValueError("listeners: SASL listeners are not served by a gateway yet (its users "
-                         "live in a cluster's metadata, which a gateway does not follow)")
