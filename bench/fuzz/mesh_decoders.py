@@ -5,7 +5,8 @@ bench.fuzz.mesh_decoders --seconds 10 [--seed N] [--json out.json]`.
 (``parse_frame``) and fed in chunks (``FrameReader``; the first byte picks the chunk size),
 and each mesh message is decoded from them with postcard (``Hello``, ``Pong``, the whole
 ``PingFrame`` enum, ``KafkaOpRequest``, ``KafkaOpResponse``, ``Pointer``, ``PullResponse``,
-a gateway's ``CredentialRequest``/``CredentialAnswer`` and ``KafkaOpAs``, and the rest),
+a gateway's ``CredentialRequest``/``CredentialAnswer``, ``KafkaOpAs`` and
+``AuthorizeRequest``/``AuthorizeAnswer``, and the rest),
 from the frame's payload when a frame parses and from the raw bytes otherwise; the raw bytes
 are also checked as a peer's certificate and membership token (``membership_target``). Only
 ``FrameError`` and ``PostcardError`` are documented; anything else escaping is a finding,
@@ -80,6 +81,7 @@ from eddy.mesh.control import (
     StatusRequest,
 )
 from eddy.mesh.frames import (
+    TAG_AUTHORIZE,
     TAG_CONTROL_RPC,
     TAG_CONTROLLER,
     TAG_CREDENTIALS,
@@ -90,6 +92,8 @@ from eddy.mesh.frames import (
     TAG_POINTER_PULL,
     TAG_RAFT,
     TAG_TXN_MARKERS,
+    AuthorizeAnswer,
+    AuthorizeRequest,
     CredentialAnswer,
     CredentialRequest,
     FrameError,
@@ -112,6 +116,14 @@ from eddy.mesh.gossip_messages import GossipMessage, GossipMessageError, Join, P
 from eddy.mesh.gossip_messages import Ping as GossipPing
 from eddy.mesh.gossip_messages import validate as validate_gossip
 from eddy.mesh.postcard import PostcardError
+from eddy.security.acl import AclOperation, ResourceType
+from eddy.security.remote_authorizer import (
+    AuthorizationError,
+    any_check,
+    check_answer,
+    resource_check,
+)
+from eddy.security.remote_authorizer import check_request as check_authorize_request
 from eddy.security.remote_credentials import CredentialError, check_request, credential_of
 
 MAX_PAYLOAD = 1 << 16
@@ -129,8 +141,9 @@ MESSAGES: list[Any] = [
     OffsetsEntry, OffsetsSnapshot,
     # transaction markers asked of a partition's leader, and its answers (tag 0x07)
     WriteMarkersRequest, WriteMarkersReply,
-    # a gateway's credential lookups (tag 0x09) and its clients' ops (tag 0x12)
-    CredentialRequest, CredentialAnswer, KafkaOpAs,
+    # a gateway's credential lookups (tag 0x09), its clients' ops (tag 0x12) and its ACL
+    # decisions (tag 0x0A)
+    CredentialRequest, CredentialAnswer, KafkaOpAs, AuthorizeRequest, AuthorizeAnswer,
 ]
 DOCUMENTED = (FrameError, PostcardError)
 
@@ -185,6 +198,13 @@ def _decode(tp: Any, data: bytes) -> None:
         check_client(value.principal, value.host)
         with contextlib.suppress(PostcardError):
             postcard.decode(KafkaOpRequest, value.request)
+    elif tp is AuthorizeRequest:
+        with contextlib.suppress(AuthorizationError):
+            check_authorize_request(value)
+    elif tp is AuthorizeAnswer:
+        for count in (0, 1, len(value.allowed)):
+            with contextlib.suppress(AuthorizationError):
+                check_answer(value, count)
 
 
 def _ask_controller(data: bytes) -> None:
@@ -274,6 +294,11 @@ def seed_messages() -> list[tuple[int, Any]]:
         (TAG_CREDENTIALS, CredentialAnswer(31, False, b"", b"", b"", 0)),
         (TAG_KAFKA_OP_AS, KafkaOpAs("User:alice", "10.0.0.7", postcard.encode(
             KafkaOpRequest(3, 0x02, 0, 30_000, rng.randbytes(24))))),
+        (TAG_AUTHORIZE, AuthorizeRequest("User:alice", "10.0.0.7", (
+            resource_check(AclOperation.DESCRIBE, ResourceType.TOPIC, "orders"),
+            any_check(AclOperation.WRITE, ResourceType.TOPIC)))),
+        (TAG_AUTHORIZE, AuthorizeAnswer(0, True, (True, False))),
+        (TAG_AUTHORIZE, AuthorizeAnswer(31, False, ())),
     ]
 
 

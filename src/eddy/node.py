@@ -30,6 +30,7 @@ from eddy.gateway.handlers import GATEWAY_HANDLERS, GATEWAY_VERSIONS
 from eddy.gateway.mesh_link import DirectoryRoutes, KafkaOpServer, MeshForwarder
 from eddy.gateway.node import Gateway
 from eddy.mesh.frames import (
+    TAG_AUTHORIZE,
     TAG_CREDENTIALS,
     TAG_KAFKA_OP,
     TAG_KAFKA_OP_AS,
@@ -42,6 +43,12 @@ from eddy.mesh.service import MeshService
 from eddy.observe import otel_setup
 from eddy.security.checks import cluster_authorizer
 from eddy.security.inter_broker import InterBrokerSecurity, warn_principal
+from eddy.security.remote_authorizer import (
+    AuthorizationServer,
+    LocalDecisions,
+    MeshAuthorizationSource,
+    RemoteAuthorizer,
+)
 from eddy.security.remote_credentials import (
     CredentialCache,
     CredentialServer,
@@ -109,6 +116,10 @@ async def start_node(config: BrokerConfig, clock: Clock) -> Node:
         cluster_id = broker.cluster_id if broker is not None else load_cluster_id(
             config.data_dir, config.node_id)
         gateway = Gateway(config, DirectoryRoutes(mesh.directory), forwarder, cluster_id)
+        # its own answers follow the cluster's ACLs (a broker's decisions, cached 1 s)
+        gateway.authorizer = (LocalDecisions(broker) if broker is not None else
+                              RemoteAuthorizer(MeshAuthorizationSource(mesh.rpc,
+                                                                       mesh.directory).ask))
         # a gateway alone asks a broker for its SASL users' credentials (cached 1 s)
         lookup = cluster_lookup(broker) if broker is not None else CredentialCache(
             MeshCredentialSource(mesh.rpc, mesh.directory).fetch)
@@ -137,6 +148,9 @@ async def start_node(config: BrokerConfig, clock: Clock) -> Node:
             b = broker
             mesh.hosted = lambda: hosted_by(b)
             mesh.rpc.handle(TAG_CREDENTIALS, CredentialServer(broker, mesh.directory).handle)
+            # ACL decisions for gateways, which answer some requests themselves
+            mesh.rpc.handle(TAG_AUTHORIZE,
+                            AuthorizationServer(broker, ops_server.is_gateway).handle)
         await mesh.start()
         # DescribeConfigs then tells tools (`eddy cluster status`) where the mesh is
         config = config.model_copy(update={"mesh_advertised": mesh.mesh_addr})

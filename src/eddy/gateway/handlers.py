@@ -13,6 +13,7 @@ from typing import Any
 
 from eddy.broker.handlers import sasl
 from eddy.gateway import handlers_admin as admin
+from eddy.gateway import handlers_configs as cfg
 from eddy.gateway import handlers_data as data
 from eddy.gateway import handlers_groups as groups
 from eddy.gateway import handlers_manage as manage
@@ -55,9 +56,9 @@ _HANDLERS: dict[ApiKey, GatewayHandler] = {
     ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
     ApiKey.DELETE_TOPICS: manage.delete_topics,
     ApiKey.CREATE_PARTITIONS: manage.create_partitions,
-    ApiKey.DESCRIBE_CONFIGS: manage.describe_configs,
-    ApiKey.ALTER_CONFIGS: manage.alter_configs,
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: manage.incremental_alter_configs,
+    ApiKey.DESCRIBE_CONFIGS: cfg.describe_configs,
+    ApiKey.ALTER_CONFIGS: cfg.alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: cfg.incremental_alter_configs,
     ApiKey.DELETE_RECORDS: manage.delete_records,
     ApiKey.DESCRIBE_CLUSTER: manage.describe_cluster,
     ApiKey.DELETE_GROUPS: manage.delete_groups,

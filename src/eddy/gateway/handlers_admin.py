@@ -5,11 +5,13 @@ topic and producer-id operations forwarded to one broker: CreateTopics, InitProd
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import uuid
 from typing import Any
 
 from eddy.gateway import ops
+from eddy.gateway.authz import Gate
 from eddy.gateway.node import GATEWAY_VERSIONS, Gateway, as_code, failure_code
 from eddy.gateway.routes import TopicRoute, pick_node
 from eddy.log.manager import validate_topic_name
@@ -17,6 +19,7 @@ from eddy.observe.tracing import span
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.security.acl import AclOperation, ResourceType
 
 _NO_TIME = datetime.timedelta(0)
 NO_OPS = -2147483648
@@ -91,6 +94,14 @@ async def create_topics_forwarded(gw: Gateway, topics: list[ops.CreateTopic], ti
     return [r for r in out if r is not None]
 
 
+async def _creatable(gate: Gate, names: list[str]) -> set[str]:
+    """The names a principal may create (CreateTopics, Metadata's auto-creation): CREATE on
+    the cluster, else on each topic."""
+    if not names or await gate.cluster(AclOperation.CREATE):
+        return set(names)
+    return await gate.names(AclOperation.CREATE, ResourceType.TOPIC, names)
+
+
 async def create_topics(gw: Gateway, req: Request) -> Any:
     body = req.body
     mod = response_module(ApiKey.CREATE_TOPICS, req.api_version)
@@ -108,6 +119,13 @@ async def create_topics(gw: Gateway, req: Request) -> Any:
             num = len(t.assignments)
         wanted.append(ops.CreateTopic(t.name, num, rf,
                                       tuple((c.name, c.value) for c in t.configs)))
+    # the broker's first check (CREATE on the cluster or the topic), before the gateway's own
+    # refusals and before a topic with no broker to go to
+    gate = Gate(gw, req)
+    creatable = await _creatable(gate, [t.name for t in wanted])
+    for i, t in enumerate(wanted):
+        if t.name not in creatable:
+            local[i] = (ErrorCode.topic_authorization_failed, "Authorization failed.")
     timeout_ms = int(body.timeout.total_seconds() * 1000)
     forwarded = [i for i in range(len(wanted)) if i not in local]
     results = await create_topics_forwarded(gw, [wanted[i] for i in forwarded], timeout_ms,
@@ -162,18 +180,25 @@ def _error_entry(mod: Any, name: str | None, topic_id: uuid.UUID | None, code: E
 
 
 async def metadata(gw: Gateway, req: Request) -> Any:
+    """The broker's rules (eddy.broker.handlers.metadata): every topic means those the
+    principal may DESCRIBE; a named one it may not is TOPIC_AUTHORIZATION_FAILED whether or
+    not it exists; auto-creation needs CREATE on the cluster or the topic."""
     body = req.body
     mod = response_module(ApiKey.METADATA, req.api_version)
+    gate = Gate(gw, req)
     requested = body.topics
     if req.api_version == 0 and requested == ():
         requested = None  # v0: an empty list means every topic
     known = gw.routes.topics()
     topics: list[Any] = []
     if requested is None:
-        topics = [_topic_entry(gw, mod, n, r) for n, r in sorted(known.items())]
+        shown = await gate.names(AclOperation.DESCRIBE, ResourceType.TOPIC, known)
+        topics = [_topic_entry(gw, mod, n, r) for n, r in sorted(known.items()) if n in shown]
     else:
         allow = (getattr(body, "allow_auto_topic_creation", True)
                  and gw.config.auto_create_topics_enable)
+        described = await gate.names(AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                     (i.name for i in requested if i.name is not None))
         entries: list[Any] = []  # an entry, or the name of a topic to create
         for item in requested:
             name = item.name
@@ -184,17 +209,30 @@ async def metadata(gw: Gateway, req: Request) -> Any:
                         else ErrorCode.invalid_request)
                 entries.append(_error_entry(mod, None, tid, code))
                 continue
+            if name not in described:  # before the lookup: its existence is not revealed
+                entries.append(_error_entry(mod, name, None,
+                                            ErrorCode.topic_authorization_failed))
+                continue
             route = known.get(name) or gw.routes.topic(name)
             if route is not None:
                 entries.append(_topic_entry(gw, mod, name, route))
                 continue
-            try:
-                validate_topic_name(name)
-            except KafkaError as exc:
-                entries.append(_error_entry(mod, name, None, exc.code))
+            entries.append(name)
+        missing = list(dict.fromkeys(e for e in entries if isinstance(e, str)))
+        creatable = await _creatable(gate, missing) if allow else set()
+        for i, e in enumerate(entries):
+            if not isinstance(e, str):
                 continue
-            entries.append(name if allow else _error_entry(
-                mod, name, None, ErrorCode.unknown_topic_or_partition))
+            if allow and e not in creatable:
+                entries[i] = _error_entry(mod, e, None, ErrorCode.topic_authorization_failed)
+                continue
+            try:
+                validate_topic_name(e)
+            except KafkaError as exc:
+                entries[i] = _error_entry(mod, e, None, exc.code)
+                continue
+            if not allow:
+                entries[i] = _error_entry(mod, e, None, ErrorCode.unknown_topic_or_partition)
         creating = list(dict.fromkeys(e for e in entries if isinstance(e, str)))
         created: dict[str, ops.CreateTopicResult] = {}
         if creating:
@@ -212,25 +250,43 @@ async def metadata(gw: Gateway, req: Request) -> Any:
                 route = TopicRoute(-1, r.num_partitions)
             if route is not None:
                 topics.append(_topic_entry(gw, mod, e, route))
+            elif r is not None and r.error_code == ErrorCode.topic_authorization_failed:
+                topics.append(_error_entry(mod, e, None, ErrorCode.topic_authorization_failed))
             else:  # another client's create raced ours, or the owner is unreachable: retry
                 topics.append(_error_entry(mod, e, None, ErrorCode.leader_not_available))
+    if getattr(body, "include_topic_authorized_operations", False):
+        named = [t.name for t in topics if t.error_code == ErrorCode.none]
+        allowed_ops = await gate.operations(ResourceType.TOPIC, named)
+        topics = [dataclasses.replace(t, topic_authorized_operations=allowed_ops[t.name])
+                  if t.error_code == ErrorCode.none else t for t in topics]
+    cluster_ops = NO_OPS
+    if getattr(body, "include_cluster_authorized_operations", False):
+        cluster_ops = (await gate.cluster_operations()
+                       if await gate.cluster(AclOperation.DESCRIBE) else 0)
     return build(
         mod.MetadataResponse, throttle_time=_NO_TIME,
         brokers=(build(mod.MetadataResponseBroker, node_id=gw.node_id, host=gw.host,
                        port=gw.port, rack=None),),
         cluster_id=gw.cluster_id, controller_id=gw.node_id, topics=tuple(topics),
-        cluster_authorized_operations=NO_OPS,
+        cluster_authorized_operations=cluster_ops,
     )
 
 
 # ---- FindCoordinator (seed 003: answered by the gateway, no broker call) -----------------
 
 
-def _coordinator(key: str, key_type: int) -> tuple[ErrorCode, str | None]:
-    if key_type == TRANSACTION:
-        return NO_TRANSACTIONS, "transactions are not served through a gateway"
-    if key_type != GROUP:
+async def _coordinator(gate: Gate, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
+    """The broker's order (eddy.broker.handlers.coordinator): the key type, DESCRIBE on the
+    group or transactional id, then the key itself."""
+    if key_type not in (GROUP, TRANSACTION):
         return ErrorCode.invalid_request, f"unsupported coordinator key type {key_type}"
+    if key_type == GROUP and not await gate.allowed(AclOperation.DESCRIBE,
+                                                    ResourceType.GROUP, key):
+        return ErrorCode.group_authorization_failed, f"not authorized to DESCRIBE group {key}"
+    if key_type == TRANSACTION:
+        if not await gate.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+            return NO_TRANSACTIONS, f"not authorized to DESCRIBE transactional id {key}"
+        return NO_TRANSACTIONS, "transactions are not served through a gateway"
     if not key:
         return ErrorCode.invalid_request, "group id is empty"
     return ErrorCode.none, None
@@ -240,11 +296,15 @@ async def find_coordinator(gw: Gateway, req: Request) -> Any:
     body = req.body
     mod = response_module(ApiKey.FIND_COORDINATOR, req.api_version)
     key_type = getattr(body, "key_type", GROUP)
+    gate = Gate(gw, req)
     with span("eddy.gateway.kafka.find-coordinator", key_type=key_type):
         if req.api_version >= 4:
+            if key_type == GROUP:  # the keys' decisions in one batch
+                await gate.names(AclOperation.DESCRIBE, ResourceType.GROUP,
+                                 body.coordinator_keys)
             answers = []
             for key in body.coordinator_keys:
-                code, message = _coordinator(key, key_type)
+                code, message = await _coordinator(gate, key, key_type)
                 ok = code == ErrorCode.none
                 answers.append(build(
                     mod.Coordinator, key=key, node_id=gw.node_id if ok else -1,
@@ -252,7 +312,7 @@ async def find_coordinator(gw: Gateway, req: Request) -> Any:
                     error_message=message))
             return build(mod.FindCoordinatorResponse, throttle_time=_NO_TIME,
                          coordinators=tuple(answers))
-        code, message = _coordinator(body.key, key_type)
+        code, message = await _coordinator(gate, body.key, key_type)
         ok = code == ErrorCode.none
         return build(
             mod.FindCoordinatorResponse, throttle_time=_NO_TIME, error_code=code,

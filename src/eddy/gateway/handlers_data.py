@@ -9,11 +9,13 @@ import datetime
 from typing import Any, TypeVar
 
 from eddy.gateway import ops
+from eddy.gateway.authz import unknown_topic_codes
 from eddy.gateway.node import Gateway, as_code, failure_code
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Encoded, Request, build, response_module
 from eddy.protocol.errors import CloseConnection, ErrorCode
 from eddy.protocol.fetch_codec import FetchPartition, FetchTopic, encode_fetch_response
+from eddy.security.acl import AclOperation
 
 _NO_TIME = datetime.timedelta(0)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -52,9 +54,13 @@ async def produce(gw: Gateway, req: Request) -> Any:
     body = req.body
     topics = body.topic_data
     by_node, unknown = split_by_node(gw, [t.name for t in topics])
+    codes = await unknown_topic_codes(gw, req, AclOperation.WRITE,
+                                      (topics[i].name for i in unknown))
     results: dict[int, list[ops.ProducePartitionResp]] = {
-        i: [_produce_failed(p.index, ErrorCode.unknown_topic_or_partition,
-                            f"unknown topic or partition {topics[i].name}-{p.index}")
+        i: [_produce_failed(p.index, codes[topics[i].name],
+                            f"unknown topic or partition {topics[i].name}-{p.index}"
+                            if codes[topics[i].name] == ErrorCode.unknown_topic_or_partition
+                            else None)
             for p in topics[i].partition_data]
         for i in unknown
     }
@@ -181,8 +187,10 @@ async def fetch(gw: Gateway, req: Request) -> Any:
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
+    codes = await unknown_topic_codes(gw, req, AclOperation.READ,
+                                      (topics[i].topic for i in unknown))
     by_topic: dict[int, list[ops.FetchPartitionResp]] = {
-        i: [_fetch_failed(p.partition, ErrorCode.unknown_topic_or_partition)
+        i: [_fetch_failed(p.partition, codes[topics[i].topic])
             for p in topics[i].partitions] for i in unknown}
     for node, idx in by_node.items():
         answer = answers[node]
@@ -216,9 +224,11 @@ async def list_offsets(gw: Gateway, req: Request) -> Any:
     body = req.body
     topics = body.topics
     by_node, unknown = split_by_node(gw, [t.name for t in topics])
+    codes = await unknown_topic_codes(gw, req, AclOperation.DESCRIBE,
+                                      (topics[i].name for i in unknown))
     results: dict[int, list[ops.ListOffsetsPartitionResp]] = {
-        i: [ops.ListOffsetsPartitionResp(p.partition_index,
-                                         int(ErrorCode.unknown_topic_or_partition), -1, -1, -1)
+        i: [ops.ListOffsetsPartitionResp(p.partition_index, int(codes[topics[i].name]),
+                                         -1, -1, -1)
             for p in topics[i].partitions] for i in unknown}
 
     async def one(node: int, idx: list[int]) -> None:

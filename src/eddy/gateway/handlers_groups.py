@@ -8,11 +8,13 @@ import datetime
 from typing import Any
 
 from eddy.gateway import ops
+from eddy.gateway.authz import Gate
 from eddy.gateway.node import Gateway, as_code, failure_code
 from eddy.observe.tracing import span
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode
+from eddy.security.acl import AclOperation, ResourceType
 
 _NO_TIME = datetime.timedelta(0)
 NO_OPS = -2147483648
@@ -151,9 +153,23 @@ async def offset_commit(gw: Gateway, req: Request) -> Any:
     codes: dict[tuple[str, int], ErrorCode] = {}
     if not isinstance(r, ErrorCode):
         codes = {(t, p): as_code(e) for t, p, e in r.results}
+    # partitions the gateway does not know: the broker's checks first (READ on the group,
+    # then on the topic), so a refused principal learns nothing of which topics exist
+    unknown = [t.name for t in b.topics for p in t.partitions
+               if not _known_partition(gw, t.name, p.partition_index)]
+    group_ok, readable = True, set(unknown)
+    if unknown:
+        gate = Gate(gw, req)
+        group_ok = await gate.allowed(AclOperation.READ, ResourceType.GROUP, b.group_id)
+        if group_ok:
+            readable = await gate.names(AclOperation.READ, ResourceType.TOPIC, unknown)
 
     def code(topic: str, partition: int) -> ErrorCode:
         if not _known_partition(gw, topic, partition):
+            if not group_ok:
+                return ErrorCode.group_authorization_failed
+            if topic not in readable:
+                return ErrorCode.topic_authorization_failed
             return ErrorCode.unknown_topic_or_partition
         if isinstance(r, ErrorCode):
             return r
@@ -261,12 +277,19 @@ async def describe_groups(gw: Gateway, req: Request) -> Any:
         return found
 
     described = await asyncio.gather(*(one(g) for g in b.groups))
+    allowed_ops: dict[str, int] = {}
+    if getattr(b, "include_authorized_operations", False):
+        allowed_ops = await Gate(gw, req).operations(
+            ResourceType.GROUP, (g.group_id for g in described
+                                 if g.error_code == ErrorCode.none))
     return build(
         mod.DescribeGroupsResponse, throttle_time=_NO_TIME,
         groups=tuple(
             build(mod.DescribedGroup, error_code=as_code(g.error_code), group_id=g.group_id,
                   group_state=g.group_state, protocol_type=g.protocol_type,
-                  protocol_data=g.protocol_data, authorized_operations=NO_OPS,
+                  protocol_data=g.protocol_data,
+                  authorized_operations=allowed_ops.get(g.group_id, NO_OPS)
+                  if g.error_code == ErrorCode.none else NO_OPS,
                   members=tuple(
                       build(mod.DescribedGroupMember, member_id=m.member_id,
                             group_instance_id=m.group_instance_id, client_id=m.client_id,

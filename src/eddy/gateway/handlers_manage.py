@@ -1,9 +1,10 @@
-"""Gateway handlers for cluster management: DeleteTopics, CreatePartitions, DescribeConfigs,
-AlterConfigs, IncrementalAlterConfigs, DeleteRecords (split by the node owning each topic,
-forwarded in parallel, merged in request order), DeleteGroups and OffsetDelete (to each
-group's owner), DescribeLogDirs (every broker node), and DescribeCluster and the BROKER
-config resource, which the gateway answers for itself: it is the only broker and the
-controller its clients see.
+"""Gateway handlers for cluster management: DeleteTopics, CreatePartitions, DeleteRecords
+(split by the node owning each topic, forwarded in parallel, merged in request order),
+DeleteGroups and OffsetDelete (to each group's owner), DescribeLogDirs (every broker node),
+and DescribeCluster, which the gateway answers for itself: it is the only broker and the
+controller its clients see (configs: handlers_configs). What the gateway answers itself
+(unknown topics, DescribeCluster's operations, DescribeLogDirs' refusal) follows a broker's
+authorization rules with the cluster's ACLs (eddy.gateway.authz).
 
 A node that cannot be reached fails only its own topics or groups, with the code a client
 retries on (NOT_CONTROLLER for topic creation and deletion, as Kafka's non-controllers
@@ -18,14 +19,16 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from eddy.broker.handlers import configs
+from eddy.broker.handlers.topic_results import CLUSTER_DENIED, TOPIC_DENIED
 from eddy.gateway import ops_admin as oa
+from eddy.gateway.authz import Gate, unknown_topic_codes
 from eddy.gateway.node import Gateway, as_code, failure_code
 from eddy.gateway.ops import OpFailed, OpTimeout, OpUnavailable
 from eddy.gateway.routes import TopicRoute
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
-from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.protocol.errors import ErrorCode
+from eddy.security.acl import AclOperation, ResourceType
 
 _NO_TIME = datetime.timedelta(0)
 _ZERO_ID = uuid.UUID(int=0)
@@ -45,7 +48,7 @@ def _timeout_ms(value: Any) -> int:
     return min(max(ms, 0), _MAX_TIMEOUT_MS)
 
 
-def _topic_node(gw: Gateway) -> Callable[[str], int | None]:
+def topic_node(gw: Gateway) -> Callable[[str], int | None]:
     def locate(name: str) -> int | None:
         route = gw.routes.topic(name)
         return None if route is None else route.node_id
@@ -75,8 +78,8 @@ async def by_owner(items: Sequence[T], key: Callable[[T], str | None],
     return [out[i] for i in range(len(items))]
 
 
-async def _answers(gw: Gateway, node: int, op: int, request: Any, timeout_ms: int,
-                   field: str, count: int) -> tuple[Any, ...] | Exception:
+async def owner_answers(gw: Gateway, node: int, op: int, request: Any, timeout_ms: int,
+                        field: str, count: int) -> tuple[Any, ...] | Exception:
     """The owner's `count` results (its answer's `field`), or why there are none."""
     try:
         resp = await gw.call(node, op, request, timeout_ms)
@@ -88,7 +91,7 @@ async def _answers(gw: Gateway, node: int, op: int, request: Any, timeout_ms: in
     return got
 
 
-def _why(node: int, exc: Exception) -> str:
+def why_failed(node: int, exc: Exception) -> str:
     return f"node {node}: {exc}"
 
 
@@ -108,12 +111,12 @@ async def delete_topics(gw: Gateway, req: Request) -> Any:
     async def run(node: int, items: list[tuple[str | None, uuid.UUID | None]]
                   ) -> list[oa.DeletedTopic]:
         names = tuple(n or "" for n, _ in items)
-        got = await _answers(gw, node, oa.KAFKA_OP_DELETE_TOPICS,
-                             oa.DeleteTopicsOp(names, timeout_ms),
-                             timeout_ms + gw.request_timeout_ms, "topics", len(names))
+        got = await owner_answers(gw, node, oa.KAFKA_OP_DELETE_TOPICS,
+                                  oa.DeleteTopicsOp(names, timeout_ms),
+                                  timeout_ms + gw.request_timeout_ms, "topics", len(names))
         if isinstance(got, Exception):
             code = int(failure_code(got, ErrorCode.not_controller))
-            return [oa.DeletedTopic(n, code, _why(node, got), bytes(16)) for n in names]
+            return [oa.DeletedTopic(n, code, why_failed(node, got), bytes(16)) for n in names]
         for t in got:
             if t.error_code == ErrorCode.none:
                 gw.routes.forget_topic(t.name)
@@ -130,7 +133,25 @@ async def delete_topics(gw: Gateway, req: Request) -> Any:
         return oa.DeletedTopic("", int(ErrorCode.invalid_request), "neither name nor id given",
                                bytes(16))
 
-    results = await by_owner(wanted, lambda w: w[0], _topic_node(gw), run, missing)
+    # the broker's checks for what is answered here: DESCRIBE on a name it does not know
+    # (refused whether or not it exists), and an id to a principal with no topic rights
+    gate = Gate(gw, req)
+    local = [n for n, _ in wanted if n is not None and topic_node(gw)(n) is None]
+    codes = await unknown_topic_codes(gw, req, AclOperation.DESCRIBE, local)
+    ids_known = (not any(n is None and t is not None and t.int != 0 for n, t in wanted)
+                 or await gate.any(AclOperation.DESCRIBE, ResourceType.TOPIC))
+
+    def answered_here(item: tuple[str | None, uuid.UUID | None]) -> oa.DeletedTopic:
+        name, tid = item
+        if name is not None and codes.get(name) == ErrorCode.topic_authorization_failed:
+            return oa.DeletedTopic(name, int(ErrorCode.topic_authorization_failed),
+                                   TOPIC_DENIED, bytes(16))
+        if name is None and tid is not None and tid.int != 0 and not ids_known:
+            return oa.DeletedTopic("", int(ErrorCode.topic_authorization_failed),
+                                   TOPIC_DENIED, bytes(16))
+        return missing(item)
+
+    results = await by_owner(wanted, lambda w: w[0], topic_node(gw), run, answered_here)
     return build(mod.DeleteTopicsResponse, throttle_time=_NO_TIME, responses=tuple(
         build(mod.DeletableTopicResult, name=name, error_code=as_code(r.error_code),
               error_message=r.error_message,
@@ -156,12 +177,12 @@ async def create_partitions(gw: Gateway, req: Request) -> Any:
               for t in b.topics]
 
     async def run(node: int, items: list[oa.NewPartitions]) -> list[oa.TopicError]:
-        got = await _answers(gw, node, oa.KAFKA_OP_CREATE_PARTITIONS,
-                             oa.CreatePartitionsOp(tuple(items), timeout_ms, b.validate_only),
-                             timeout_ms + gw.request_timeout_ms, "topics", len(items))
+        got = await owner_answers(gw, node, oa.KAFKA_OP_CREATE_PARTITIONS,
+                                  oa.CreatePartitionsOp(tuple(items), timeout_ms, b.validate_only),
+                                  timeout_ms + gw.request_timeout_ms, "topics", len(items))
         if isinstance(got, Exception):
             code = int(failure_code(got, ErrorCode.not_controller))
-            return [oa.TopicError(t.name, code, _why(node, got)) for t in items]
+            return [oa.TopicError(t.name, code, why_failed(node, got)) for t in items]
         for t, r in zip(items, got, strict=True):
             if r.error_code == ErrorCode.none and not b.validate_only:
                 gw.routes.note_topic(t.name, TopicRoute(node, t.count))
@@ -174,140 +195,23 @@ async def create_partitions(gw: Gateway, req: Request) -> Any:
         return oa.TopicError(t.name, int(ErrorCode.unknown_topic_or_partition),
                              f"The topic '{t.name}' does not exist.")
 
+    # ALTER on the topic comes first on a broker: before the gateway's own refusals
+    alterable = await Gate(gw, req).names(AclOperation.ALTER, ResourceType.TOPIC,
+                                          (t.name for t in wanted))
+    for t in wanted:
+        if t.name not in alterable:
+            refused[t.name] = TOPIC_DENIED
+
+    def answered_here(t: oa.NewPartitions) -> oa.TopicError:
+        if t.name not in alterable:
+            return oa.TopicError(t.name, int(ErrorCode.topic_authorization_failed), TOPIC_DENIED)
+        return missing(t)
+
     results = await by_owner(wanted, lambda t: None if t.name in refused else t.name,
-                             _topic_node(gw), run, missing)
+                             topic_node(gw), run, answered_here)
     return build(mod.CreatePartitionsResponse, throttle_time=_NO_TIME, results=tuple(
         build(mod.CreatePartitionsTopicResult, name=r.name, error_code=as_code(r.error_code),
               error_message=r.error_message) for r in results))
-
-
-# ---- DescribeConfigs ---------------------------------------------------------------------
-
-
-def _local_described(gw: Gateway, r: oa.ConfigResource, synonyms: bool, docs: bool
-                     ) -> oa.DescribedResource:
-    """What a broker answers for a resource the gateway does not forward: itself (BROKER),
-    an unknown topic, or a resource type it does not serve."""
-    try:
-        if r.resource_type == configs.TOPIC:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition,
-                             f"Topic '{r.name}' does not exist.")
-        if r.resource_type != configs.BROKER:
-            raise KafkaError(ErrorCode.invalid_request,
-                             f"unsupported resource type {r.resource_type}")
-        entries = configs.broker_config_entries(gw.config, gw.node_id, r.name)
-    except KafkaError as exc:
-        return oa.DescribedResource(r.resource_type, r.name, int(exc.code), exc.message, ())
-    return oa.DescribedResource(r.resource_type, r.name, int(ErrorCode.none), None, tuple(
-        oa.DescribedConfig(
-            e["name"], e["value"], e["read_only"], e["source"], e["sensitive"],
-            tuple(oa.ConfigSynonym(n, v, s) for n, v, s in e["synonyms"]) if synonyms else (),
-            configs.CONFIG_TYPES.get(e["kind"], 0), e["doc"] if docs else None)
-        for e in entries if r.keys is None or e["name"] in r.keys))
-
-
-async def describe_configs(gw: Gateway, req: Request) -> Any:
-    b = req.body
-    mod = response_module(ApiKey.DESCRIBE_CONFIGS, req.api_version)
-    synonyms = bool(getattr(b, "include_synonyms", False))
-    docs = bool(getattr(b, "include_documentation", False))
-    wanted = [oa.ConfigResource(r.resource_type, r.resource_name,
-                                None if r.configuration_keys is None
-                                else tuple(r.configuration_keys))
-              for r in b.resources]
-
-    async def run(node: int, items: list[oa.ConfigResource]) -> list[oa.DescribedResource]:
-        got = await _answers(gw, node, oa.KAFKA_OP_DESCRIBE_CONFIGS,
-                             oa.DescribeConfigsOp(tuple(items), synonyms, docs),
-                             gw.request_timeout_ms, "resources", len(items))
-        if isinstance(got, Exception):
-            code = int(failure_code(got, ErrorCode.leader_not_available))
-            return [oa.DescribedResource(r.resource_type, r.name, code, _why(node, got), ())
-                    for r in items]
-        return list(got)
-
-    results = await by_owner(wanted,
-                             lambda r: r.name if r.resource_type == configs.TOPIC else None,
-                             _topic_node(gw), run,
-                             lambda r: _local_described(gw, r, synonyms, docs))
-    return build(mod.DescribeConfigsResponse, throttle_time=_NO_TIME, results=tuple(
-        build(mod.DescribeConfigsResult, error_code=as_code(r.error_code),
-              error_message=r.error_message, resource_type=r.resource_type,
-              resource_name=r.name, configs=tuple(
-                  build(mod.DescribeConfigsResourceResult, name=c.name, value=c.value,
-                        read_only=c.read_only, config_source=c.config_source,
-                        is_default=c.config_source == configs.DEFAULT_CONFIG,
-                        is_sensitive=c.is_sensitive,
-                        synonyms=tuple(build(mod.DescribeConfigsSynonym, name=s.name,
-                                             value=s.value, source=s.source)
-                                       for s in c.synonyms),
-                        config_type=c.config_type, documentation=c.documentation)
-                  for c in r.configs))
-        for r in results))
-
-
-# ---- AlterConfigs / IncrementalAlterConfigs ----------------------------------------------
-
-
-def _local_altered(gw: Gateway, resource_type: int, name: str) -> oa.AlteredResource:
-    try:
-        if resource_type == configs.TOPIC:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition,
-                             f"Topic '{name}' does not exist.")
-        if resource_type == configs.BROKER:
-            configs.refuse_broker_alter(gw.node_id, name)  # always raises
-        raise KafkaError(ErrorCode.invalid_request, f"unsupported resource type {resource_type}")
-    except KafkaError as exc:
-        return oa.AlteredResource(resource_type, name, int(exc.code), exc.message)
-
-
-async def _alter(gw: Gateway, resources: list[Any], op: int,
-                 make: Callable[[list[Any]], Any]) -> list[oa.AlteredResource]:
-    """Topic resources to their owners (make(resources) is the op), the rest answered here."""
-
-    async def run(node: int, items: list[Any]) -> list[oa.AlteredResource]:
-        got = await _answers(gw, node, op, make(items), gw.request_timeout_ms, "resources",
-                             len(items))
-        if isinstance(got, Exception):
-            code = int(failure_code(got, ErrorCode.leader_not_available))
-            return [oa.AlteredResource(r.resource_type, r.name, code, _why(node, got))
-                    for r in items]
-        return list(got)
-
-    return await by_owner(resources,
-                          lambda r: r.name if r.resource_type == configs.TOPIC else None,
-                          _topic_node(gw), run,
-                          lambda r: _local_altered(gw, r.resource_type, r.name))
-
-
-def _altered_response(cls: Any, mod: Any, results: list[oa.AlteredResource]) -> Any:
-    return build(cls, throttle_time=_NO_TIME, responses=tuple(
-        build(mod.AlterConfigsResourceResponse, error_code=as_code(r.error_code),
-              error_message=r.error_message, resource_type=r.resource_type,
-              resource_name=r.name) for r in results))
-
-
-async def alter_configs(gw: Gateway, req: Request) -> Any:
-    b = req.body
-    mod = response_module(ApiKey.ALTER_CONFIGS, req.api_version)
-    wanted = [oa.AlterResource(r.resource_type, r.resource_name,
-                               tuple((c.name, c.value) for c in r.configs))
-              for r in b.resources]
-    results = await _alter(gw, wanted, oa.KAFKA_OP_ALTER_CONFIGS,
-                           lambda items: oa.AlterConfigsOp(tuple(items), b.validate_only))
-    return _altered_response(mod.AlterConfigsResponse, mod, results)
-
-
-async def incremental_alter_configs(gw: Gateway, req: Request) -> Any:
-    b = req.body
-    mod = response_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, req.api_version)
-    wanted = [oa.IncrementalResource(r.resource_type, r.resource_name, tuple(
-        oa.IncrementalConfig(c.name, c.config_operation, c.value) for c in r.configs))
-        for r in b.resources]
-    results = await _alter(gw, wanted, oa.KAFKA_OP_INCREMENTAL_ALTER_CONFIGS,
-                           lambda items: oa.IncrementalAlterConfigsOp(tuple(items),
-                                                                      b.validate_only))
-    return _altered_response(mod.IncrementalAlterConfigsResponse, mod, results)
 
 
 # ---- DeleteRecords -----------------------------------------------------------------------
@@ -327,16 +231,19 @@ async def delete_records(gw: Gateway, req: Request) -> Any:
 
     async def run(node: int, items: list[oa.DeleteRecordsTopic]
                   ) -> list[oa.DeleteRecordsTopicResp]:
-        got = await _answers(gw, node, oa.KAFKA_OP_DELETE_RECORDS,
-                             oa.DeleteRecordsOp(tuple(items), timeout_ms),
-                             timeout_ms + gw.request_timeout_ms, "topics", len(items))
+        got = await owner_answers(gw, node, oa.KAFKA_OP_DELETE_RECORDS,
+                                  oa.DeleteRecordsOp(tuple(items), timeout_ms),
+                                  timeout_ms + gw.request_timeout_ms, "topics", len(items))
         if isinstance(got, Exception):
             code = failure_code(got, ErrorCode.not_leader_or_follower)
             return [failed(t, code) for t in items]
         return list(got)
 
-    results = await by_owner(wanted, lambda t: t.name, _topic_node(gw), run,
-                             lambda t: failed(t, ErrorCode.unknown_topic_or_partition))
+    codes = await unknown_topic_codes(gw, req, AclOperation.DELETE,
+                                      (t.name for t in wanted if topic_node(gw)(t.name) is None))
+    results = await by_owner(wanted, lambda t: t.name, topic_node(gw), run,
+                             lambda t: failed(t, codes.get(t.name,
+                                                           ErrorCode.unknown_topic_or_partition)))
     return build(mod.DeleteRecordsResponse, throttle_time=_NO_TIME, topics=tuple(
         build(mod.DeleteRecordsTopicResult, name=t.name, partitions=tuple(
             build(mod.DeleteRecordsPartitionResult, partition_index=p, low_watermark=low,
@@ -348,6 +255,7 @@ async def delete_records(gw: Gateway, req: Request) -> Any:
 
 
 async def describe_cluster(gw: Gateway, req: Request) -> Any:
+    """No check (Kafka's); the principal's operations on the cluster when asked."""
     mod = response_module(ApiKey.DESCRIBE_CLUSTER, req.api_version)
     endpoint_type = getattr(req.body, "endpoint_type", BROKER_ENDPOINTS)
     if endpoint_type != BROKER_ENDPOINTS:
@@ -362,7 +270,8 @@ async def describe_cluster(gw: Gateway, req: Request) -> Any:
         controller_id=gw.node_id,
         brokers=(build(mod.DescribeClusterBroker, broker_id=gw.node_id, host=gw.host,
                        port=gw.port, rack=None),),
-        cluster_authorized_operations=NO_OPS)
+        cluster_authorized_operations=await Gate(gw, req).cluster_operations()
+        if getattr(req.body, "include_cluster_authorized_operations", False) else NO_OPS)
 
 
 # ---- DeleteGroups / OffsetDelete ---------------------------------------------------------
@@ -418,6 +327,16 @@ async def describe_log_dirs(gw: Gateway, req: Request) -> Any:
     two nodes share are told apart by a "node N:" prefix; an unreachable node shows as a
     directory in KAFKA_STORAGE_ERROR."""
     mod = response_module(ApiKey.DESCRIBE_LOG_DIRS, req.api_version)
+    if not await Gate(gw, req).cluster(AclOperation.DESCRIBE):
+        # as a broker: the top-level error (v3+) and no results; older versions have no
+        # top-level error, so one result without a directory carries it
+        code = ErrorCode.cluster_authorization_failed
+        refused: tuple[Any, ...] = ()
+        if req.api_version < 3:
+            refused = (build(mod.DescribeLogDirsResult, error_code=code, log_dir="",
+                             topics=(), total_bytes=-1, usable_bytes=-1),)
+        return build(mod.DescribeLogDirsResponse, throttle_time=_NO_TIME, error_code=code,
+                     error_message=CLUSTER_DENIED, results=refused)
     asked = req.body.topics
     nodes = gw.routes.broker_nodes()
     per_node: dict[int, list[oa.LogDirTopicReq]] = {n: [] for n in nodes}
@@ -433,6 +352,8 @@ async def describe_log_dirs(gw: Gateway, req: Request) -> Any:
         except _FAILURES as exc:
             return [oa.LogDir(int(ErrorCode.kafka_storage_error), f"node {node}: {exc}", (),
                               -1, -1)]
+        if r.error_code != ErrorCode.none:  # refused there: a directory carries the code
+            return [oa.LogDir(r.error_code, f"node {node}", (), -1, -1)]
         return list(r.dirs)
 
     answers = await asyncio.gather(*(one(n) for n in nodes))

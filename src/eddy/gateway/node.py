@@ -3,7 +3,7 @@ routes and the forwarder ops go through."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eddy.config import BrokerConfig
 from eddy.gateway.ops import OPS, OpFailed, OpTimeout, OpUnavailable
@@ -11,6 +11,9 @@ from eddy.gateway.routes import Forwarder, Routes
 from eddy.mesh import postcard
 from eddy.protocol.apis import SUPPORTED, ApiKey, VersionRange
 from eddy.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from eddy.security.remote_authorizer import Decisions
 
 #: cluster id when neither the caller nor the config names one
 DEFAULT_CLUSTER_ID = "eddy-gateway-cluster"
@@ -30,6 +33,9 @@ class Gateway:
         configured = getattr(config, "cluster_id", None)
         self.cluster_id: str = cluster_id or (configured if isinstance(configured, str)
                                               else None) or DEFAULT_CLUSTER_ID
+        #: the cluster's ACL decisions for what the gateway answers itself (eddy.gateway.
+        #: authz; None: no authorizer, everything allowed)
+        self.authorizer: Decisions | None = None
 
     def set_advertised_port(self, port: int) -> None:
         """When listening on port 0, clients must be told the port the OS picked."""

@@ -35,6 +35,7 @@ TAG_CONTROLLER = 0x06  # control: brokers' requests to the controller (request/r
 TAG_TXN_MARKERS = 0x07  # control: transaction markers for a partition's leader (req/resp)
 TAG_REGISTRY = 0x08  # control: schema registry writes for the _schemas leader (req/resp)
 TAG_CREDENTIALS = 0x09  # control: a gateway's SCRAM credential lookups at a broker (req/resp)
+TAG_AUTHORIZE = 0x0A  # control: a gateway's ACL decisions asked of a broker (req/resp)
 TAG_PING = 0x10  # data: Ping / Pong / Hello (PingFrame)
 TAG_KAFKA_OP = 0x11  # data: KafkaOp carrier
 TAG_KAFKA_OP_AS = 0x12  # data: KafkaOp carrier on behalf of a gateway's client (KafkaOpAs)
@@ -379,6 +380,43 @@ class CredentialAnswer:
     stored_key: bytes
     server_key: bytes
     iterations: U32
+
+
+# -- ACL decisions for a gateway (TAG_AUTHORIZE) ----------------------------------------------
+AUTHORIZE_RESOURCE = 0  # AuthorizeCheck.kind: may the principal do the operation on the name
+AUTHORIZE_ANY = 1  # ... on some resource of the type (Kafka's authorizeByResourceType)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizeCheck:
+    """One decision: ``operation`` (AclOperation) on ``resource_type`` (ResourceType)
+    ``name``; ``kind`` AUTHORIZE_ANY asks about any resource of the type (name empty)."""
+
+    kind: U8
+    operation: U8
+    resource_type: U8
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizeRequest:
+    """The decisions a gateway needs for its client ``principal`` at ``host``."""
+
+    principal: str
+    host: str
+    checks: tuple[AuthorizeCheck, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizeAnswer:
+    """``error_code`` 0 or a Kafka code (CLUSTER_AUTHORIZATION_FAILED: the asker is not a
+    gateway of the mesh; INVALID_REQUEST: the request broke the bounds). ``enabled`` False:
+    the broker has no authorizer (everything is allowed, ``allowed`` empty); else one
+    decision per check, in order."""
+
+    error_code: I16
+    enabled: bool
+    allowed: tuple[bool, ...]
 
 
 # -- pointer gossip (seed 000) -----------------------------------------------------------------
