@@ -441,9 +441,10 @@ class BrokerConfig(BaseModel):
         "credentials, never the password) when the cluster has no credential of that name",
     )
     sasl_mechanism_inter_broker_protocol: str = Field(
-        "SCRAM-SHA-512", alias="sasl.mechanism.inter.broker.protocol",
+        "", alias="sasl.mechanism.inter.broker.protocol",
         description="the SASL mechanism followers (and the node's own clients) log in to "
-        "a SASL inter-broker listener with: SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN",
+        "a SASL inter-broker listener with: SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN (unset: "
+        "the strongest of sasl.enabled.mechanisms)",
     )
     sasl_inter_broker_user: SecretStr | None = Field(
         None, alias="sasl.inter.broker.user",

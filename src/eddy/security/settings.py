@@ -50,9 +50,17 @@ def bootstrap_user(value: str, setting: str = "sasl.bootstrap.user") -> tuple[st
     return name.strip(), password
 
 
+#: the mechanism an unset sasl.mechanism.inter.broker.protocol takes: the first enabled
+STRONGEST_FIRST = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+
+
 def inter_broker_mechanism(config: BrokerConfig) -> str:
-    """sasl.mechanism.inter.broker.protocol, upper-cased, checked."""
+    """sasl.mechanism.inter.broker.protocol, upper-cased, checked; unset, the strongest of
+    sasl.enabled.mechanisms."""
     value = config.sasl_mechanism_inter_broker_protocol.strip().upper()
+    if not value:
+        enabled = mechanisms(config.sasl_enabled_mechanisms)
+        return next(m for m in STRONGEST_FIRST if m in enabled)
     if value not in MECHANISMS:
         raise ValueError(f"sasl.mechanism.inter.broker.protocol: {value[:64]!r} is not one of "
                          f"{', '.join(MECHANISMS)}")
