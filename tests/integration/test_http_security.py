@@ -279,3 +279,31 @@ def test_admin_listener_metrics_need_auth_and_describe_on_the_cluster(
         future.result(TIMEOUT)
     eventually(lambda: http(node.admin + "/metrics", certs, BOB)[0] == 200,
                "bob scrapes /metrics once DESCRIBE on the cluster is granted")
+
+
+def _eddy_registry(node: HttpNode, env: dict[str, str], *args: str
+                   ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "eddy", "registry", *args, "--url",
+                           node.registry], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **env})
+
+
+def test_eddy_registry_cli_over_https_with_basic_auth(node: HttpNode, certs: Certs) -> None:
+    secured = {"EDDY_REGISTRY_CA": str(certs.ca),
+               "EDDY_REGISTRY_USER": f"{ADMIN[0]}:{ADMIN[1]}"}
+    schema = node.data_dir.parent / "cli-schema.avsc"
+    schema.write_text(AVRO)
+    done = _eddy_registry(node, secured, "register", "cli-value", str(schema))
+    assert done.returncode == 0, done.stderr
+    listed = _eddy_registry(node, secured, "subjects")
+    assert listed.returncode == 0 and "cli-value" in listed.stdout, listed.stderr
+    # no credentials: the registry's 401 (40101), and the password never printed
+    anonymous = _eddy_registry(node, {"EDDY_REGISTRY_CA": str(certs.ca)}, "subjects")
+    assert anonymous.returncode != 0 and "40101" in anonymous.stderr
+    wrong = _eddy_registry(node, {**secured, "EDDY_REGISTRY_USER": f"{ADMIN[0]}:{WRONG_PASSWORD}"},
+                           "subjects")
+    assert wrong.returncode != 0 and WRONG_PASSWORD not in wrong.stderr + wrong.stdout
+    # the server's certificate is checked: without the CA the CLI refuses it
+    untrusted = _eddy_registry(node, {"EDDY_REGISTRY_USER": secured["EDDY_REGISTRY_USER"]},
+                               "subjects")
+    assert untrusted.returncode != 0 and "cli-value" not in untrusted.stdout

@@ -5,6 +5,11 @@ called through aiohttp's ClientSession, with bounded answers and a timeout.
 answers the decoded JSON. An error answer in Confluent's shape (``{"error_code", "message"}``)
 raises ``RegistryApiError``; anything else that goes wrong (no server, a timeout, an answer
 that is too large or not JSON) raises ``CliError`` with a sentence saying so.
+
+A secured registry (HTTPS, basic auth): ``EDDY_REGISTRY_USER=NAME:PASSWORD`` (Confluent's
+``basic.auth.user.info``; from the environment, so the password is in no command line and
+no message) and ``EDDY_REGISTRY_CA=FILE`` (PEM CA certificates the server's certificate is
+checked against; the system's by default).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -25,6 +31,8 @@ if TYPE_CHECKING:  # imported when a request is made: every other command starts
     import aiohttp
 
 DEFAULT_REGISTRY_URL = "http://127.0.0.1:8081"
+USER_ENV = "EDDY_REGISTRY_USER"
+CA_ENV = "EDDY_REGISTRY_CA"
 #: the largest answer read; a larger one is refused before (or while) it is read
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 #: what requests are sent as and what answers are accepted as (Confluent's media types)
@@ -88,6 +96,25 @@ def _error_of(status: int, reason: str, raw: bytes) -> RegistryApiError:
     return RegistryApiError(status, status, f"HTTP {status} {reason}{detail}")
 
 
+def _user_info(value: str | None) -> tuple[str, str] | None:
+    """EDDY_REGISTRY_USER as (name, password); the message never holds the value."""
+    if not value:
+        return None
+    name, sep, password = value.partition(":")
+    if not sep or not name:
+        raise CliError(f"{USER_ENV}: expected NAME:PASSWORD")
+    return name, password
+
+
+def _ssl_context(ca_file: str | None) -> ssl.SSLContext | None:
+    if not ca_file:
+        return None
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise CliError(f"{CA_ENV}: cannot load CA certificates from {ca_file}: {exc}") from None
+
+
 class RegistryClient:
     """Calls to one registry, on one event loop and one connection pool."""
 
@@ -97,6 +124,8 @@ class RegistryClient:
         self.timeout = timeout
         self._runner: asyncio.Runner | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._user = _user_info(os.environ.get(USER_ENV))
+        self._ssl = _ssl_context(os.environ.get(CA_ENV))
 
     def __enter__(self) -> RegistryClient:
         self._runner = asyncio.Runner()
@@ -137,8 +166,11 @@ class RegistryClient:
         import aiohttp
 
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(
-                total=self.timeout, sock_connect=CONNECT_TIMEOUT_S))
+            auth = None if self._user is None else aiohttp.BasicAuth(*self._user)
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout,
+                                              sock_connect=CONNECT_TIMEOUT_S),
+                auth=auth, connector=aiohttp.TCPConnector(ssl=self._ssl or True))
         target = URL(self.url + path_of(path) + query_of(params), encoded=True)
         headers = {"Accept": ACCEPT}
         data = None
