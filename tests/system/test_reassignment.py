@@ -217,6 +217,28 @@ def test_reassign_moves_a_replica_while_producing(tmp_path: Path) -> None:
                                capture_output=True, text=True, timeout=60)
         assert plain.returncode == 0, plain.stderr
         assert f"Replicas: {a}\tIsr: {a}\tOffline: {a}\t" in plain.stdout
+
+        # a move that cannot finish (the partition's only replica is down, so the new one
+        # has nothing to copy from): describe shows the replicas being added and removed,
+        # as kafka-topics does, until it is cancelled
+        stuck = gone[0]["partition"]
+        assert raw_alter(cluster[b], "grown", stuck, (b,)) == ErrorCode.none
+        desc = eddy_cli("topic", "describe", "grown", "-b", cluster[b].bootstrap)
+        moving = {p["partition"]: p for p in desc["partitions"]}
+        assert moving[stuck]["replicas"] == [b, a]
+        assert (moving[stuck]["adding"], moving[stuck]["removing"]) == ([b], [a])
+        assert all(p["adding"] == [] == p["removing"] for i, p in moving.items() if i != stuck)
+        plain = subprocess.run([sys.executable, "-m", "eddy", "topic", "describe", "grown",
+                                "-b", cluster[b].bootstrap, "-o", "plain"],
+                               capture_output=True, text=True, timeout=60)
+        assert plain.returncode == 0, plain.stderr
+        assert (f"\tPartition: {stuck}\tLeader: -1\tReplicas: {b},{a}\tIsr: {a}\t"
+                f"Adding Replicas: {b}\tRemoving Replicas: {a}\t") in plain.stdout
+        assert plain.stdout.count("Adding Replicas") == 1
+        assert raw_alter(cluster[b], "grown", stuck, None) == ErrorCode.none
+        desc = eddy_cli("topic", "describe", "grown", "-b", cluster[b].bootstrap)
+        back = {p["partition"]: p for p in desc["partitions"]}[stuck]
+        assert back["replicas"] == [a] and back["adding"] == [] == back["removing"]
     finally:
         _ADMINS.clear()
         for n in cluster.values():

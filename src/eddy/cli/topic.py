@@ -31,6 +31,7 @@ from eddy.cli.common import (
     kafka_error_text,
     latest,
     list_offsets,
+    parse_bootstrap,
     parse_kv,
     print_json,
     render_fields,
@@ -40,7 +41,8 @@ from eddy.cli.common import (
     unknown_topic,
     usage_error,
 )
-from eddy.cli.reassign import register_reassign_commands
+from eddy.cli.reassign import ongoing, register_reassign_commands
+from eddy.client.raw import RawClient
 
 topic_app = typer.Typer(
     help="Create, list, describe, alter and delete topics.", no_args_is_help=True
@@ -150,6 +152,41 @@ def _source_name(source: Any) -> str:
         return ConfigSource(int(source)).name
     except (TypeError, ValueError):
         return str(source)
+
+
+def _reassigning(conn: Conn, topic: str, partitions: list[int]
+                 ) -> dict[int, tuple[list[int], list[int]]]:
+    """(adding, removing) replicas of each partition of ``topic`` being reassigned, from
+    ListPartitionReassignments (librdkafka's binding lacks the call: a raw request to the
+    first bootstrap broker). Empty when the broker cannot tell, as kafka-topics does: a
+    listener that is not PLAINTEXT (the raw client speaks neither TLS nor SASL), a broker
+    without the API or a principal without DESCRIBE on the cluster."""
+    protocol = conn.extra.get("security.protocol", "plaintext").strip().lower()
+    if protocol != "plaintext" or not partitions:
+        return {}
+    host, port = parse_bootstrap(conn.bootstrap)[0]
+    try:
+        with RawClient(host, port, REQUEST_TIMEOUT_S) as client:
+            rows = ongoing(client, topic, partitions)
+    except (OSError, CliError):  # MalformedResponse is a ConnectionError
+        return {}
+    return {r["partition"]: (r["adding"], r["removing"]) for r in rows
+            if r["topic"] == topic}
+
+
+def partition_line(topic: str, p: dict[str, Any]) -> str:
+    """One partition of `eddy topic describe -o plain`, in kafka-topics' layout (Adding
+    Replicas and Removing Replicas only while the partition is being reassigned)."""
+    def ids(key: str) -> str:
+        return ",".join(map(str, p[key]))
+
+    line = (f"\tTopic: {topic}\tPartition: {p['partition']}\tLeader: {p['leader']}\t"
+            f"Replicas: {ids('replicas')}\tIsr: {ids('isr')}\t")
+    if p.get("adding") or p.get("removing"):
+        line += f"Adding Replicas: {ids('adding')}\tRemoving Replicas: {ids('removing')}\t"
+    if p["offline"]:
+        line += f"Offline: {ids('offline')}\t"
+    return line + f"LowWatermark: {p['low_watermark']}\tHighWatermark: {p['high_watermark']}"
 
 
 def _node_id(node: Any) -> int:
@@ -276,11 +313,14 @@ def describe(
     if configs is not None and not all_configs:
         shown = [c for c in configs if not c["default"]]
     live = set(conn.metadata().brokers)  # replicas on other brokers are offline
+    moving = _reassigning(conn, name, [p.id for p in parts])
     partitions = [{
         "partition": p.id,
         "leader": _node_id(p.leader),
         "replicas": [_node_id(n) for n in p.replicas],
         "isr": [_node_id(n) for n in p.isr],
+        "adding": moving.get(p.id, ([], []))[0],
+        "removing": moving.get(p.id, ([], []))[1],
         "offline": [_node_id(n) for n in p.replicas if _node_id(n) not in live],
         "low_watermark": marks.get(p.id, (-1, -1))[0],
         "high_watermark": marks.get(p.id, (-1, -1))[1],
@@ -302,13 +342,7 @@ def describe(
         typer.echo(f"Topic: {name}\tTopicId: {desc.topic_id}\tPartitionCount: {len(parts)}\t"
                    f"ReplicationFactor: {rf}\tConfigs: {overrides}")
         for p in partitions:
-            typer.echo(
-                f"\tTopic: {name}\tPartition: {p['partition']}\tLeader: {p['leader']}\t"
-                f"Replicas: {','.join(map(str, p['replicas']))}\t"
-                f"Isr: {','.join(map(str, p['isr']))}\t"
-                + (f"Offline: {','.join(map(str, p['offline']))}\t" if p["offline"] else "")
-                + f"LowWatermark: {p['low_watermark']}\tHighWatermark: {p['high_watermark']}"
-            )
+            typer.echo(partition_line(name, p))
         if note:
             typer.echo(f"note: {note}", err=True)
         return
@@ -316,9 +350,12 @@ def describe(
     render_fields(out, [("topic", name), ("topic id", desc.topic_id),
                         ("partitions", len(parts)), ("replication factor", rf)],
                   console=console)
-    render_table(out, ["PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE", "LOW", "HIGH",
-                       "RECORDS"],
-                 [[p["partition"], p["leader"], p["replicas"], p["isr"], p["offline"],
+    columns = ["PARTITION", "LEADER", "REPLICAS", "ISR"]
+    if moving:
+        columns += ["ADDING", "REMOVING"]
+    render_table(out, [*columns, "OFFLINE", "LOW", "HIGH", "RECORDS"],
+                 [[p["partition"], p["leader"], p["replicas"], p["isr"],
+                   *([p["adding"], p["removing"]] if moving else []), p["offline"],
                    p["low_watermark"],
                    p["high_watermark"],
                    max(0, p["high_watermark"] - p["low_watermark"])
