@@ -290,7 +290,8 @@ class ControllerService:
             if isinstance(outcome, BaseException):
                 log.info("controller command %s not applied: %s", type(command).__name__,
                          outcome)
-                out.append(ApplyResult(ErrorCode.not_controller, str(outcome)))
+                out.append(ApplyResult(ErrorCode.not_controller,
+                                       str(outcome) or type(outcome).__name__))
             else:
                 out.append(outcome)
         return out

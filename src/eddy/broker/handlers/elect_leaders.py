@@ -10,7 +10,9 @@ answers.
 As Kafka: election type 0 PREFERRED, 1 UNCLEAN (v1+; v0 is always preferred), anything else
 INVALID_REQUEST; ALTER on the cluster or CLUSTER_AUTHORIZATION_FAILED for the request and
 each partition asked; ``topic_partitions`` null means every partition (those answered
-ELECTION_NOT_NEEDED are left out), an empty list an empty answer.
+ELECTION_NOT_NEEDED are left out), an empty list an empty answer. Every partition named
+gets a result; one with an error always a message (Kafka's default text when nothing more
+is known), one without none.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from eddy.security.checks import cluster_allowed
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
-from eddy.cluster.controller_outcomes import outcome_rows
+from eddy.cluster.controller_outcomes import answer_every_partition, error_message, outcome_rows
 
 __all__ = ["elect_leaders"]
 
@@ -59,9 +61,12 @@ def _all_failed(asked: Sequence[tuple[str, Sequence[int]]] | None, code: ErrorCo
 
 
 def _response(mod: Any, code: ErrorCode, results: Results) -> Any:
+    """The response; a row's message is normalised (None without an error, never blank
+    with one) whatever built it."""
     topics = tuple(
         build(mod.ReplicaElectionResult, topic=topic, partition_result=tuple(
-            build(mod.PartitionResult, partition_id=p, error_code=c, error_message=m)
+            build(mod.PartitionResult, partition_id=p, error_code=c,
+                  error_message=error_message(c, m))
             for p, c, m in parts))
         for topic, parts in results)
     return build(mod.ElectLeadersResponse, throttle_time=_NO_TIME, error_code=code,
@@ -132,7 +137,7 @@ async def elect_leaders(broker: Broker, req: Request) -> Any:
     if answer.error_code != ErrorCode.none:
         code = error_of(answer)
         return _response(mod, code, _all_failed(asked, code, answer.message))
-    results = outcome_rows(answer.outcomes)
+    results = answer_every_partition(asked, outcome_rows(answer.outcomes))
     done = [(topic, p) for topic, rows in results for p, c, _ in rows if c == ErrorCode.none]
     if done:
         await cluster.wait_applied(_elected(election_type, done), APPLY_WAIT_S)

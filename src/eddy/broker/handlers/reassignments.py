@@ -38,7 +38,7 @@ from eddy.security.checks import cluster_allowed
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
-from eddy.cluster.controller_outcomes import outcome_rows
+from eddy.cluster.controller_outcomes import answer_every_partition, outcome_rows
 
 __all__ = ["alter_partition_reassignments", "list_partition_reassignments"]
 
@@ -146,7 +146,8 @@ async def alter_partition_reassignments(broker: Broker, req: Request) -> Any:
         code = error_of(answer)
         return _alter_response(mod, code, answer.message,
                                _all_failed(asked, code, answer.message))
-    results = outcome_rows(answer.outcomes)
+    results = answer_every_partition([(t, [p for p, _ in parts]) for t, parts in asked],
+                                     outcome_rows(answer.outcomes))
     targets = {(t, p): r for t, parts in asked for p, r in parts}
     done = [(topic, p, targets.get((topic, p))) for topic, rows in results
             for p, c, _ in rows if c == ErrorCode.none]
