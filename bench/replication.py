@@ -17,6 +17,12 @@ of replication factor 3 with min.insync.replicas=2, next to a single node, in on
    it exits); unavailability = the longest gap between two acknowledgements from the
    SIGTERM until a second after the process exited.
 
+Each produce phase also reports what the disk under the nodes' data wrote meanwhile
+(/proc/diskstats of the device holding --data-root): on this machine one disk (~500 MB/s
+sustained) holds the data of all three nodes, so replication factor 3 writes (and fsyncs)
+every byte three times to it. `--data-root /dev/shm` runs every node on memory instead,
+to see the CPU side alone.
+
 Prints a table; writes bench/results/<stamp>-replication[-smoke].json (unless --no-save).
 Never asserts a timing; exits 1 when a phase failed.
 """
@@ -27,6 +33,7 @@ import argparse
 import datetime
 import itertools
 import json
+import os
 import signal
 import statistics
 import sys
@@ -125,37 +132,57 @@ def settled(nodes: dict[int, MeshNode], topic: str) -> bool:
 # ---------------------------------------------------------------------------- throughput
 
 
-def throughput(session: Session) -> dict[str, Any]:
+def sectors_written(path: str) -> int | None:
+    """Sectors (512 bytes) the block device holding ``path`` has written since boot (None:
+    no block device, e.g. tmpfs, or no /proc/diskstats)."""
+    dev = os.stat(path).st_dev
+    want = (os.major(dev), os.minor(dev))
+    try:
+        with open("/proc/diskstats", encoding="ascii") as f:
+            for line in f:
+                fields = line.split()
+                if (int(fields[0]), int(fields[1])) == want:
+                    return int(fields[9])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def throughput(session: Session, data_root: str) -> dict[str, Any]:
     """bench.runner's latency run (acks=all), then its produce phase (1 KiB, acks=all):
     latency first, while the page cache holds no gigabyte of dirty pages that each fsync
-    would wait behind."""
+    would wait behind. The produce phase reports the disk's write rate meanwhile."""
     out = {"latency": session.latency()}
     session.delete_topic(out["latency"].get("topic", ""))
+    before, t0 = sectors_written(data_root), time.monotonic()
     out["produce"] = session.produce("1k_acksall", 1024, "all")
+    after, t1 = sectors_written(data_root), time.monotonic()
+    if before is not None and after is not None and t1 > t0:
+        out["produce"]["disk_mib_s"] = (after - before) * 512 / MIB / (t1 - t0)
     session.delete_topic(out["produce"].get("topic", ""))
     return out
 
 
-def single_node(opts: Options) -> dict[str, Any]:
-    broker = EddyBroker()
+def single_node(opts: Options, data_root: str) -> dict[str, Any]:
+    broker = EddyBroker(root=data_root)
     try:
         broker.start()
         session = Session(broker, opts)
-        return throughput(session)
+        return throughput(session, data_root)
     finally:
         broker.stop()
         broker.cleanup()
 
 
-def cluster_throughput(opts: Options, caching: bool) -> dict[str, Any]:
+def cluster_throughput(opts: Options, caching: bool, data_root: str) -> dict[str, Any]:
     settings = {"log.write.caching": "true"} if caching else {}
     configs = {"min.insync.replicas": "2", **({"write.caching": "true"} if caching else {})}
-    with tempfile.TemporaryDirectory(prefix="eddy-repl-") as root:
+    with tempfile.TemporaryDirectory(prefix="eddy-repl-", dir=data_root) as root:
         nodes = cluster_nodes(root, settings)
         try:
             start_cluster(nodes)
             session = ClusterSession(Front(bootstrap(nodes), nodes[1].pid), opts, 3, configs)
-            return throughput(session)
+            return throughput(session, data_root)
         finally:
             for n in nodes.values():
                 n.kill9()
@@ -288,7 +315,8 @@ def _stats(ms: list[float]) -> str:
 
 
 def render(results: dict[str, Any]) -> list[str]:
-    lines = [f"{'1 KiB, acks=all':<34} {'MiB/s':>8} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8}"]
+    lines = [f"{'1 KiB, acks=all':<34} {'MiB/s':>8} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8}"
+             f" {'disk MiB/s':>11}"]
     for label, key in (("single node (rf 1)", "single"), ("3 nodes rf 3, write caching off",
                                                           "cluster"),
                        ("3 nodes rf 3, write caching on", "cluster_caching")):
@@ -297,8 +325,10 @@ def render(results: dict[str, Any]) -> list[str]:
         r = results.get(key) or {}
         prod, lat = r.get("produce") or {}, r.get("latency") or {}
         err = " (!)" if "error" in prod or "error" in lat or "error" in r else ""
+        disk = prod.get("disk_mib_s")
         lines.append(f"{label + err:<34} {prod.get('mib_s', 0):8.1f} {prod.get('msgs_s', 0):9.0f} "
-                     f"{lat.get('p50_ms', 0):8.1f} {lat.get('p99_ms', 0):8.1f}")
+                     f"{lat.get('p50_ms', 0):8.1f} {lat.get('p99_ms', 0):8.1f} "
+                     f"{'-' if disk is None else f'{disk:.0f}':>11}")
     single = ((results.get("single") or {}).get("produce") or {}).get("mib_s") or 0
     for key in ("cluster", "cluster_caching"):
         mib = ((results.get(key) or {}).get("produce") or {}).get("mib_s") or 0
@@ -351,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS),
                     help="which parts to run (all)")
     ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    ap.add_argument("--data-root", default=tempfile.gettempdir(),
+                    help="where the nodes keep their data (default: the temp dir; "
+                    "/dev/shm: memory, no disk)")
     a = ap.parse_args(argv)
     seconds = a.seconds or (1.0 if a.smoke else 5.0)
     opts = Options(records=2_000 if a.smoke else 2_000_000, seconds=seconds,
@@ -360,9 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     rounds = a.rounds or (2 if a.smoke else 20)
     started = time.time()
     results: dict[str, Any] = {}
-    for key, fn, args in (("single", single_node, (opts,)),
-                          ("cluster", cluster_throughput, (opts, False)),
-                          ("cluster_caching", cluster_throughput, (opts, True)),
+    for key, fn, args in (("single", single_node, (opts, a.data_root)),
+                          ("cluster", cluster_throughput, (opts, False, a.data_root)),
+                          ("cluster_caching", cluster_throughput, (opts, True, a.data_root)),
                           ("failover", failover, (rounds,))):
         if key not in a.only:
             continue
