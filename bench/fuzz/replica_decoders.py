@@ -2,8 +2,10 @@
 bench.fuzz.replica_decoders --seconds 10 [--seed N] [--json out.json]`.
 
 ``check_input(data)`` is the target: the bytes are one response frame (size prefix
-excluded) from a leader, decoded as a Fetch v12 response and as an OffsetForLeaderEpoch v4
-response (``decode_response``: every length and count checked against the bytes present),
+excluded) from a leader, decoded as a Fetch v12 response, an OffsetForLeaderEpoch v4
+response and the SaslHandshake v1 / SaslAuthenticate v2 answers of a login to a SASL
+inter-broker listener (``decode_response``: every length and count checked against the
+bytes present),
 and the records of every partition of a decoded Fetch response go through the follower's
 batch checks (``check_replica_batches``) at the offset the seed asked for; the same bytes
 also go, as a stream cut in uneven pieces, through the link's frame reader. Documented
@@ -16,11 +18,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import sys
 
 from bench.fuzz.mesh_decoders import next_input, print_report, run, start_atheris
 from eddy.client.raw import MalformedResponse, decode_response
 from eddy.cluster.replication.link import _Frames
+from eddy.protocol.apis import ApiKey
+from eddy.protocol.codec import build, encode_response, response_module
 from eddy.protocol.errors import ErrorCode, KafkaError
 from eddy.protocol.fetch_codec import FetchPartition, FetchTopic, encode_fetch_response
 from eddy.protocol.records import build_batch
@@ -29,6 +34,8 @@ from eddy.protocol.replica_batches import check_replica_batches
 __all__ = ["check_input", "main", "next_input", "seed_inputs"]
 
 FETCH, OFFSET_FOR_LEADER_EPOCH = 1, 23
+#: the answers a follower reads while it logs in to a SASL inter-broker listener
+SASL_ANSWERS = ((ApiKey.SASL_HANDSHAKE, 1), (ApiKey.SASL_AUTHENTICATE, 2))
 CORRELATION = 1
 FETCH_OFFSET = 5
 FRAME_CAP = 1 << 16  # the link's response cap, small: sizes in seeds cross it
@@ -63,6 +70,9 @@ def check_input(data: bytes) -> None:
                     _check_records(bytes(part.records))
     with contextlib.suppress(MalformedResponse, ConnectionError):
         decode_response(OFFSET_FOR_LEADER_EPOCH, 4, CORRELATION, data)
+    for key, version in SASL_ANSWERS:
+        with contextlib.suppress(MalformedResponse, ConnectionError):
+            decode_response(key, version, CORRELATION, data)
     _check_frames(data)
     if len(data) < 4096:
         _check_records(data)  # the raw bytes as a record set too
@@ -112,6 +122,15 @@ def seed_inputs() -> list[bytes]:
         out.append(b"".join(bytes(c) for c in encode_fetch_response(12, CORRELATION,
                                                                     topics)))
     out.append(batches)
+    handshake = response_module(ApiKey.SASL_HANDSHAKE, 1)
+    out.append(bytes(encode_response(ApiKey.SASL_HANDSHAKE, 1, CORRELATION, build(
+        handshake.SaslHandshakeResponse, error_code=ErrorCode.none,
+        mechanisms=("SCRAM-SHA-512", "PLAIN")))))
+    auth = response_module(ApiKey.SASL_AUTHENTICATE, 2)
+    out.append(bytes(encode_response(ApiKey.SASL_AUTHENTICATE, 2, CORRELATION, build(
+        auth.SaslAuthenticateResponse, error_code=ErrorCode.none, error_message=None,
+        auth_bytes=b"r=nonce,s=c2FsdA==,i=4096",
+        session_lifetime=datetime.timedelta(milliseconds=60000)))))
     return out
 
 
