@@ -10,7 +10,8 @@ bench.fuzz.registry_decoders --seconds 10 [--seed N] [--json out.json] [--slow-m
   tombstone); then every read of the state answers, and what GET requests would render of
   it (``http_server.json_response``) encodes to strict JSON;
 - ``http_server.read_json`` on the bytes as a body, ``negotiate`` on them as an Accept
-  header and ``guid.parse_guid`` on them as a path (never raise), ``SchemaRequest.from_body``
+  header and ``guid.parse_guid`` on them as a path (never raise), ``http_auth.parse_basic``
+  on them as an Authorization header (``HttpAuthError`` only), ``SchemaRequest.from_body``
   and ``parse_version`` / ``parse_level`` / ``parse_mode`` (``RegistryError`` only), and
   ``guid.schema_guid`` of an accepted body (never raises);
 - ``avro_schema.parse`` (new and stored), ``json_schema.parse`` and ``protobuf_schema.parse``
@@ -83,6 +84,7 @@ from eddy.registry.guid import parse_guid, schema_guid
 from eddy.registry.requests import SchemaRequest, parse_level, parse_mode, parse_version
 from eddy.registry.schema_ops import entity
 from eddy.registry.state import SchemaState
+from eddy.security.http_auth import HttpAuthError, parse_basic
 
 #: Protobuf's parser costs ~7 us per character: texts (references included) above this are
 #: not given to it (the other parsers take every input)
@@ -283,6 +285,11 @@ def _check_http(data: bytes) -> None:
         hs.negotiate(text)
     with _decoder("guid.parse_guid"):
         parse_guid(text)
+    for header in (text, "Basic " + text):  # as an Authorization header, and as its token
+        with _decoder("http_auth.parse_basic", (HttpAuthError,)):
+            user, password = parse_basic(header)
+            if not user or not password or "\x00" in user + password:
+                raise AssertionError("parse_basic accepted an empty or NUL field")
     for name, parse in (("version", parse_version), ("level", parse_level),
                         ("mode", parse_mode)):
         with _decoder(f"requests.parse_{name}", (RegistryError,)):
