@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
@@ -213,12 +214,13 @@ class MeshAuthorizationSource:
         raise AuthorizationUnavailable(why)
 
 
-class Decisions:
+class Decisions(ABC):
     """Authorizer's interface as coroutines, over ``decide`` (a batch for one principal)."""
 
+    @abstractmethod
     async def decide(self, principal: str, host: str, checks: Sequence[AuthorizeCheck]
                      ) -> list[bool]:
-        raise NotImplementedError
+        """One decision per check, in order."""
 
     async def authorize(self, principal: str, host: str, operation: AclOperation,
                         rtype: ResourceType, name: str) -> bool:
