@@ -186,3 +186,28 @@ def test_acls_granted_on_the_broker_apply_to_the_gateways_own_answers(setup: Set
              "somebody finds the group's coordinator through the gateway")
     somebody.close()
     admin.close()
+
+
+def test_partition_leadership_apis_reach_the_broker_through_the_gateway(setup: Setup) -> None:
+    """The admin's OffsetForLeaderEpoch, ElectLeaders and reassignments through the gateway:
+    forwarded as the admin over the mesh, answered by the broker (its controller for the
+    elections and reassignments)."""
+    ctx = setup.ctx
+    admin = login(setup.gateway_port, ADMIN)
+    try:
+        epochs = admin.call(ctx.request(ApiKey.OFFSET_FOR_LEADER_EPOCH))
+        assert [(t.topic, [int(p.error_code) for p in t.partitions])
+                for t in epochs.topics] == [(TOPIC, [0])], epochs
+        elected = admin.call(ctx.request(ApiKey.ELECT_LEADERS))
+        assert int(getattr(elected, "error_code", 0)) == 0
+        # a cluster of one: its only replica leads already
+        assert [(r.topic, [int(p.error_code) for p in r.partition_result])
+                for r in elected.replica_election_results] == [(TOPIC, [84])], elected
+        moved = admin.call(ctx.request(ApiKey.ALTER_PARTITION_REASSIGNMENTS))
+        assert int(moved.error_code) == 0, moved
+        assert [(t.name, [int(p.error_code) for p in t.partitions])
+                for t in moved.responses] == [(TOPIC, [0])], moved
+        listed = admin.call(ctx.request(ApiKey.LIST_PARTITION_REASSIGNMENTS))
+        assert (int(listed.error_code), listed.topics) == (0, ()), listed
+    finally:
+        admin.close()

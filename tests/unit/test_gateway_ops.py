@@ -87,7 +87,7 @@ def test_op_constants_are_seed_003s_and_distinct() -> None:
     assert (ops.KAFKA_OP_PRODUCE, ops.KAFKA_OP_JOIN_GROUP, ops.KAFKA_OP_SYNC_GROUP,
             ops.KAFKA_OP_HEARTBEAT, ops.KAFKA_OP_LEAVE_GROUP, ops.KAFKA_OP_OFFSET_COMMIT,
             ops.KAFKA_OP_OFFSET_FETCH) == (0x02, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B)
-    assert set(ops.OPS) == set(range(0x02, 0x0F)) | set(range(0x20, 0x29))
+    assert set(ops.OPS) == set(range(0x02, 0x0F)) | set(range(0x20, 0x2D))
     assert [f.name for f in dataclasses.fields(ops.JoinGroupOp)][:5] == [
         "group_id", "member_id", "protocol_type", "session_timeout_ms", "protocols"]
 

@@ -1,7 +1,7 @@
 """The owner's side of the admin KafkaOps (eddy.gateway.ops_admin): each op becomes the Kafka
 request a direct client would send, run through the broker's own handler (admin.py,
-configs.py, log_admin.py, groups.py) at the newest version it serves, and the answer is
-converted to the op's response struct."""
+configs.py, log_admin.py, groups.py, leader_epoch.py, elect_leaders.py, reassignments.py) at
+the newest version it serves, and the answer is converted to the op's response struct."""
 
 from __future__ import annotations
 
@@ -10,7 +10,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from eddy.broker.broker import Broker
-from eddy.broker.handlers import admin, configs, groups, log_admin
+from eddy.broker.handlers import (
+    admin,
+    configs,
+    elect_leaders,
+    groups,
+    leader_epoch,
+    log_admin,
+    reassignments,
+)
 from eddy.gateway import ops_admin as oa
 from eddy.protocol.apis import SUPPORTED, ApiKey
 from eddy.protocol.codec import Request, build, request_module
@@ -182,6 +190,81 @@ async def describe_log_dirs(broker: Broker, op: oa.DescribeLogDirsOp,
         for d in r.results))
 
 
+async def offset_for_leader_epoch(broker: Broker, op: oa.OffsetForLeaderEpochOp,
+                                  session: Session | None = None
+                                  ) -> oa.OffsetForLeaderEpochOpResp:
+    v, mod = _newest(ApiKey.OFFSET_FOR_LEADER_EPOCH)
+    body = build(mod.OffsetForLeaderEpochRequest, replica_id=-1, topics=tuple(
+        build(mod.OffsetForLeaderTopic, topic=t.name, partitions=tuple(
+            build(mod.OffsetForLeaderPartition, partition=p.partition,
+                  current_leader_epoch=p.current_leader_epoch, leader_epoch=p.leader_epoch)
+            for p in t.partitions))
+        for t in op.topics))
+    request = _request(ApiKey.OFFSET_FOR_LEADER_EPOCH, v, body, session=session)
+    r = await leader_epoch.handle(broker, request)
+    return oa.OffsetForLeaderEpochOpResp(tuple(
+        oa.EpochTopicResp(t.topic, tuple(
+            oa.EpochEndOffset(p.partition, int(p.error_code), p.leader_epoch, p.end_offset)
+            for p in t.partitions))
+        for t in r.topics))
+
+
+def _outcomes(topics: Any, name: str, rows: str, index: str) -> tuple[oa.TopicOutcomes, ...]:
+    return tuple(
+        oa.TopicOutcomes(getattr(t, name), tuple(
+            oa.PartitionOutcome(getattr(p, index), int(p.error_code), p.error_message)
+            for p in getattr(t, rows)))
+        for t in topics)
+
+
+async def elect_leaders_op(broker: Broker, op: oa.ElectLeadersOp,
+                           session: Session | None = None) -> oa.ElectLeadersOpResp:
+    v, mod = _newest(ApiKey.ELECT_LEADERS)
+    body = build(mod.ElectLeadersRequest, election_type=op.election_type,
+                 timeout=_td(op.timeout_ms),
+                 topic_partitions=None if op.topics is None else tuple(
+                     build(mod.TopicPartitions, topic=t.name, partitions=t.partitions)
+                     for t in op.topics))
+    r = await elect_leaders.elect_leaders(
+        broker, _request(ApiKey.ELECT_LEADERS, v, body, session=session))
+    return oa.ElectLeadersOpResp(int(getattr(r, "error_code", 0)), _outcomes(
+        r.replica_election_results, "topic", "partition_result", "partition_id"))
+
+
+async def alter_reassignments(broker: Broker, op: oa.AlterReassignmentsOp,
+                              session: Session | None = None) -> oa.AlterReassignmentsOpResp:
+    v, mod = _newest(ApiKey.ALTER_PARTITION_REASSIGNMENTS)
+    body = build(mod.AlterPartitionReassignmentsRequest, timeout=_td(op.timeout_ms),
+                 allow_replication_factor_change=True, topics=tuple(
+                     build(mod.ReassignableTopic, name=t.name, partitions=tuple(
+                         build(mod.ReassignablePartition, partition_index=p.partition,
+                               replicas=p.replicas)
+                         for p in t.partitions))
+                     for t in op.topics))
+    r = await reassignments.alter_partition_reassignments(
+        broker, _request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, v, body, session=session))
+    return oa.AlterReassignmentsOpResp(int(r.error_code), r.error_message, _outcomes(
+        r.responses, "name", "partitions", "partition_index"))
+
+
+async def list_reassignments(broker: Broker, op: oa.ListReassignmentsOp,
+                             session: Session | None = None) -> oa.ListReassignmentsOpResp:
+    v, mod = _newest(ApiKey.LIST_PARTITION_REASSIGNMENTS)
+    body = build(mod.ListPartitionReassignmentsRequest, timeout=_td(op.timeout_ms),
+                 topics=None if op.topics is None else tuple(
+                     build(mod.ListPartitionReassignmentsTopics, name=t.name,
+                           partition_indexes=t.partitions)
+                     for t in op.topics))
+    r = await reassignments.list_partition_reassignments(
+        broker, _request(ApiKey.LIST_PARTITION_REASSIGNMENTS, v, body, session=session))
+    return oa.ListReassignmentsOpResp(int(r.error_code), r.error_message, tuple(
+        oa.OngoingTopic(t.name, tuple(
+            oa.OngoingReassignment(p.partition_index, tuple(p.replicas),
+                                   tuple(p.adding_replicas), tuple(p.removing_replicas))
+            for p in t.partitions))
+        for t in r.topics))
+
+
 _Runner = Callable[[Broker, Any, Session | None], Awaitable[Any]]
 
 #: the runner of every admin op (merged into eddy.gateway.executor.RUNNERS)
@@ -195,4 +278,8 @@ ADMIN_RUNNERS: dict[int, _Runner] = {
     oa.KAFKA_OP_DELETE_GROUPS: delete_groups,
     oa.KAFKA_OP_OFFSET_DELETE: offset_delete,
     oa.KAFKA_OP_DESCRIBE_LOG_DIRS: describe_log_dirs,
+    oa.KAFKA_OP_OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch,
+    oa.KAFKA_OP_ELECT_LEADERS: elect_leaders_op,
+    oa.KAFKA_OP_ALTER_REASSIGNMENTS: alter_reassignments,
+    oa.KAFKA_OP_LIST_REASSIGNMENTS: list_reassignments,
 }

@@ -17,6 +17,7 @@ from eddy.gateway import handlers_configs as cfg
 from eddy.gateway import handlers_data as data
 from eddy.gateway import handlers_groups as groups
 from eddy.gateway import handlers_manage as manage
+from eddy.gateway import handlers_partitions as partitions
 from eddy.gateway.acting import acting_for
 from eddy.gateway.node import GATEWAY_VERSIONS, Gateway
 from eddy.protocol.apis import ApiKey
@@ -64,6 +65,10 @@ _HANDLERS: dict[ApiKey, GatewayHandler] = {
     ApiKey.DELETE_GROUPS: manage.delete_groups,
     ApiKey.OFFSET_DELETE: manage.offset_delete,
     ApiKey.DESCRIBE_LOG_DIRS: manage.describe_log_dirs,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: partitions.offset_for_leader_epoch,
+    ApiKey.ELECT_LEADERS: partitions.elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: partitions.alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: partitions.list_partition_reassignments,
     ApiKey.SASL_HANDSHAKE: sasl.sasl_handshake,
     ApiKey.SASL_AUTHENTICATE: sasl.sasl_authenticate,
 }

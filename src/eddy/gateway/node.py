@@ -87,6 +87,9 @@ def _served() -> dict[ApiKey, VersionRange]:
         ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.DELETE_RECORDS,
         ApiKey.DESCRIBE_CLUSTER, ApiKey.DELETE_GROUPS, ApiKey.OFFSET_DELETE,
         ApiKey.DESCRIBE_LOG_DIRS,
+        # partition leadership (handlers_partitions)
+        ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.ELECT_LEADERS,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS,
         # SASL listeners (the exchange is the listener's; credentials from a broker)
         ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
     )}

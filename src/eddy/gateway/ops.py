@@ -16,7 +16,7 @@ from eddy.gateway.ops_admin import ADMIN_OPS
 from eddy.mesh.postcard import I8, I16, I32, I64
 
 # ---- op constants (seed 003: 0x02, 0x06-0x0B; the rest in its free slots; the admin ops'
-# 0x20-0x28 are in eddy.gateway.ops_admin) ------------------------------------------------
+# 0x20-0x2C are in eddy.gateway.ops_admin) ------------------------------------------------
 
 KAFKA_OP_PRODUCE = 0x02
 KAFKA_OP_FETCH = 0x03

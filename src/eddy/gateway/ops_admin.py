@@ -1,6 +1,6 @@
-"""KafkaOps for topic, config, record and group administration (the gateway forwards them to
-the node owning each topic or group), as postcard structs (eddy.mesh.postcard) like
-eddy.gateway.ops.
+"""KafkaOps for topic, config, record and group administration, leader epochs, elections
+and reassignments (the gateway forwards them to the node owning each topic or group), as
+postcard structs (eddy.mesh.postcard) like eddy.gateway.ops.
 
 Op constants, a contiguous block in seed 003's free slots (0x10 and 0x11 are mesh stream
 tags, 0x02-0x0E are the data and group ops):
@@ -15,6 +15,10 @@ tags, 0x02-0x0E are the data and group ops):
 0x26  KAFKA_OP_DELETE_GROUPS              DeleteGroupsOp / DeleteGroupsOpResp
 0x27  KAFKA_OP_OFFSET_DELETE              OffsetDeleteOp / OffsetDeleteOpResp
 0x28  KAFKA_OP_DESCRIBE_LOG_DIRS          DescribeLogDirsOp / DescribeLogDirsOpResp
+0x29  KAFKA_OP_OFFSET_FOR_LEADER_EPOCH    OffsetForLeaderEpochOp / ...OpResp
+0x2A  KAFKA_OP_ELECT_LEADERS              ElectLeadersOp / ElectLeadersOpResp
+0x2B  KAFKA_OP_ALTER_REASSIGNMENTS        AlterReassignmentsOp / AlterReassignmentsOpResp
+0x2C  KAFKA_OP_LIST_REASSIGNMENTS         ListReassignmentsOp / ListReassignmentsOpResp
 ====  ==================================  =========================================
 
 The answers of these APIs do not depend on the client's version (newer versions only add
@@ -37,6 +41,10 @@ KAFKA_OP_DELETE_RECORDS = 0x25
 KAFKA_OP_DELETE_GROUPS = 0x26
 KAFKA_OP_OFFSET_DELETE = 0x27
 KAFKA_OP_DESCRIBE_LOG_DIRS = 0x28
+KAFKA_OP_OFFSET_FOR_LEADER_EPOCH = 0x29
+KAFKA_OP_ELECT_LEADERS = 0x2A
+KAFKA_OP_ALTER_REASSIGNMENTS = 0x2B
+KAFKA_OP_LIST_REASSIGNMENTS = 0x2C
 
 
 # ---- DeleteTopics ------------------------------------------------------------------------
@@ -287,6 +295,133 @@ class DescribeLogDirsOpResp:
     dirs: tuple[LogDir, ...]
 
 
+# ---- OffsetForLeaderEpoch ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EpochPartitionReq:
+    partition: I32
+    current_leader_epoch: I32  # -1: unchecked (a gateway's client knows the gateway's epoch)
+    leader_epoch: I32
+
+
+@dataclass(frozen=True, slots=True)
+class EpochTopicReq:
+    name: str
+    partitions: tuple[EpochPartitionReq, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetForLeaderEpochOp:
+    topics: tuple[EpochTopicReq, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEndOffset:
+    partition: I32
+    error_code: I16
+    leader_epoch: I32  # -1: undefined
+    end_offset: I64  # -1: undefined
+
+
+@dataclass(frozen=True, slots=True)
+class EpochTopicResp:
+    name: str
+    partitions: tuple[EpochEndOffset, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetForLeaderEpochOpResp:
+    topics: tuple[EpochTopicResp, ...]
+
+
+# ---- ElectLeaders / AlterPartitionReassignments / ListPartitionReassignments -------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionsOf:
+    name: str
+    partitions: tuple[I32, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOutcome:
+    partition: I32
+    error_code: I16
+    error_message: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOutcomes:
+    name: str
+    partitions: tuple[PartitionOutcome, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeadersOp:
+    election_type: I8  # 0 preferred, 1 unclean (the broker refuses anything else)
+    topics: tuple[PartitionsOf, ...] | None  # None: every partition
+    timeout_ms: I32
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeadersOpResp:
+    error_code: I16
+    topics: tuple[TopicOutcomes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignPartition:
+    partition: I32
+    replicas: tuple[I32, ...] | None  # the target replicas; None: cancel a reassignment
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignTopic:
+    name: str
+    partitions: tuple[ReassignPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterReassignmentsOp:
+    topics: tuple[ReassignTopic, ...]
+    timeout_ms: I32
+
+
+@dataclass(frozen=True, slots=True)
+class AlterReassignmentsOpResp:
+    error_code: I16
+    error_message: str | None
+    topics: tuple[TopicOutcomes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListReassignmentsOp:
+    topics: tuple[PartitionsOf, ...] | None  # None: every reassignment under way
+    timeout_ms: I32
+
+
+@dataclass(frozen=True, slots=True)
+class OngoingReassignment:
+    partition: I32
+    replicas: tuple[I32, ...]
+    adding: tuple[I32, ...]
+    removing: tuple[I32, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OngoingTopic:
+    name: str
+    partitions: tuple[OngoingReassignment, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListReassignmentsOpResp:
+    error_code: I16
+    error_message: str | None
+    topics: tuple[OngoingTopic, ...]
+
+
 #: request and response struct of every admin op (merged into eddy.gateway.ops.OPS)
 ADMIN_OPS: dict[int, tuple[type, type]] = {
     KAFKA_OP_DELETE_TOPICS: (DeleteTopicsOp, DeleteTopicsOpResp),
@@ -298,4 +433,8 @@ ADMIN_OPS: dict[int, tuple[type, type]] = {
     KAFKA_OP_DELETE_GROUPS: (DeleteGroupsOp, DeleteGroupsOpResp),
     KAFKA_OP_OFFSET_DELETE: (OffsetDeleteOp, OffsetDeleteOpResp),
     KAFKA_OP_DESCRIBE_LOG_DIRS: (DescribeLogDirsOp, DescribeLogDirsOpResp),
+    KAFKA_OP_OFFSET_FOR_LEADER_EPOCH: (OffsetForLeaderEpochOp, OffsetForLeaderEpochOpResp),
+    KAFKA_OP_ELECT_LEADERS: (ElectLeadersOp, ElectLeadersOpResp),
+    KAFKA_OP_ALTER_REASSIGNMENTS: (AlterReassignmentsOp, AlterReassignmentsOpResp),
+    KAFKA_OP_LIST_REASSIGNMENTS: (ListReassignmentsOp, ListReassignmentsOpResp),
 }
