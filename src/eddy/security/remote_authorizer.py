@@ -29,16 +29,14 @@ carry one decision per check.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from eddy.gateway.acting import check_client
 from eddy.mesh import postcard
-from eddy.mesh.directory import DEAD, Directory
 from eddy.mesh.frames import (
     AUTHORIZE_ANY,
     AUTHORIZE_RESOURCE,
@@ -51,6 +49,7 @@ from eddy.mesh.frames import (
 from eddy.protocol.errors import ErrorCode
 from eddy.security.acl import CLUSTER_NAME, OPERATIONS_OF, AclOperation, ResourceType
 from eddy.security.authorizer import Authorizer
+from eddy.security.mesh_brokers import BrokerAsker
 
 __all__ = ["CACHE_TTL_S", "MAX_CACHED", "MAX_CHECKS", "MAX_NAME", "AuthorizationError",
            "AuthorizationServer", "AuthorizationUnavailable", "Decisions", "LocalDecisions",
@@ -66,8 +65,6 @@ MAX_CACHED = 65536
 MAX_CHECKS = 1000
 MAX_NAME = 1024
 #: one broker's time to answer, and the brokers asked before giving up
-ASK_TIMEOUT_S = 2.0
-MAX_ASKED = 3
 #: what may be asked about (Kafka's operations and resource types, not the filter values)
 _OPERATIONS = frozenset(int(op) for op in AclOperation) - {AclOperation.UNKNOWN,
                                                              AclOperation.ANY}
@@ -177,25 +174,8 @@ class AuthorizationServer:
 
 
 # -- the gateway's side ------------------------------------------------------------------------
-class Caller(Protocol):
-    async def call(self, peer: bytes, tag: int, payload: bytes, timeout_s: float) -> bytes: ...
-
-
-class MeshAuthorizationSource:
+class MeshAuthorizationSource(BrokerAsker):
     """Asks the live brokers of the mesh directory, a few at most, in random order."""
-
-    def __init__(self, rpc: Caller, directory: Directory, timeout_s: float = ASK_TIMEOUT_S
-                 ) -> None:
-        self.rpc = rpc
-        self.directory = directory
-        self.timeout_s = timeout_s
-
-    def brokers(self) -> list[bytes]:
-        keys = [key for key, m in self.directory.members.items()
-                if m.state != DEAD and "broker" in m.info.roles
-                and key != self.directory.local.key]
-        random.shuffle(keys)
-        return keys[:MAX_ASKED]
 
     async def ask(self, principal: str, host: str, checks: Sequence[AuthorizeCheck]
                   ) -> list[bool] | None:

@@ -25,11 +25,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from scramp import ScramMechanism  # type: ignore[import-untyped]
 
@@ -45,6 +44,7 @@ from eddy.mesh import postcard
 from eddy.mesh.directory import DEAD, Directory
 from eddy.mesh.frames import TAG_CREDENTIALS, CredentialAnswer, CredentialRequest, Frame
 from eddy.protocol.errors import ErrorCode
+from eddy.security.mesh_brokers import BrokerAsker
 from eddy.security.sasl import SaslFailure, parse_plain
 from eddy.security.session import SaslService, Session
 
@@ -59,8 +59,6 @@ CACHE_TTL_S = 1.0
 #: answers kept at most
 MAX_CACHED = 4096
 #: one broker's time to answer, and the brokers asked before giving up
-ASK_TIMEOUT_S = 2.0
-MAX_ASKED = 3
 #: the longest a login waits for its credentials
 PREFETCH_TIMEOUT_S = 5.0
 _MECHANISM_TYPES = {name: t for t, (name, _) in SCRAM_MECHANISMS.items()}
@@ -149,25 +147,8 @@ class CredentialServer:
 
 
 # -- the gateway's side ------------------------------------------------------------------------
-class Caller(Protocol):
-    async def call(self, peer: bytes, tag: int, payload: bytes, timeout_s: float) -> bytes: ...
-
-
-class MeshCredentialSource:
+class MeshCredentialSource(BrokerAsker):
     """Asks the live brokers of the mesh directory, a few at most, in random order."""
-
-    def __init__(self, rpc: Caller, directory: Directory, timeout_s: float = ASK_TIMEOUT_S
-                 ) -> None:
-        self.rpc = rpc
-        self.directory = directory
-        self.timeout_s = timeout_s
-
-    def brokers(self) -> list[bytes]:
-        keys = [key for key, m in self.directory.members.items()
-                if m.state != DEAD and "broker" in m.info.roles
-                and key != self.directory.local.key]
-        random.shuffle(keys)
-        return keys[:MAX_ASKED]
 
     async def fetch(self, user: str, mechanism: int) -> ScramCredential | None:
         request = CredentialRequest(user, mechanism)
