@@ -31,7 +31,7 @@ from eddy.protocol.fetch_codec import FetchPartition, FetchTopic, encode_fetch_r
 from eddy.protocol.records import build_batch
 from eddy.protocol.replica_batches import check_replica_batches
 
-__all__ = ["check_input", "main", "next_input", "seed_inputs"]
+__all__ = ["check_input", "main", "next_input", "sasl_seed_inputs", "seed_inputs"]
 
 FETCH, OFFSET_FOR_LEADER_EPOCH = 1, 23
 #: the answers a follower reads while it logs in to a SASL inter-broker listener
@@ -122,6 +122,13 @@ def seed_inputs() -> list[bytes]:
         out.append(b"".join(bytes(c) for c in encode_fetch_response(12, CORRELATION,
                                                                     topics)))
     out.append(batches)
+    return out
+
+
+def sasl_seed_inputs() -> list[bytes]:
+    """The answers of a login to a SASL inter-broker listener: a SaslHandshake v1 and a
+    SaslAuthenticate v2 (a SCRAM server-first message with a session lifetime)."""
+    out = []
     handshake = response_module(ApiKey.SASL_HANDSHAKE, 1)
     out.append(bytes(encode_response(ApiKey.SASL_HANDSHAKE, 1, CORRELATION, build(
         handshake.SaslHandshakeResponse, error_code=ErrorCode.none,
@@ -143,7 +150,8 @@ def _batch(base: int, n: int) -> bytes:
 def main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     if args_in[:1] == ["--atheris"]:
-        start_atheris([sys.argv[0], *args_in[1:]], check_input, seed_inputs(),
+        start_atheris([sys.argv[0], *args_in[1:]], check_input,
+                      seed_inputs() + sasl_seed_inputs(),
                       "eddy-replica-fuzz-")
         return 0
     ap = argparse.ArgumentParser(prog="python -m bench.fuzz.replica_decoders",
@@ -152,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write the report as JSON to this file")
     args = ap.parse_args(args_in)
-    report = run(args.seconds, args.seed, target=check_input, seeds=seed_inputs())
+    report = run(args.seconds, args.seed, target=check_input,
+                 seeds=seed_inputs() + sasl_seed_inputs())
     return print_report("replica decoders", report, args.json)
 
 

@@ -34,6 +34,16 @@ def test_seeds_are_leader_answers_with_batches_a_follower_takes() -> None:
     assert taken == 3 + 2 + 3
 
 
+def test_sasl_seeds_are_the_answers_of_a_login() -> None:
+    handshake, authenticate = replica_decoders.sasl_seed_inputs()
+    assert decode_response(17, 1, replica_decoders.CORRELATION, handshake).mechanisms == (
+        "SCRAM-SHA-512", "PLAIN")
+    answer = decode_response(36, 2, replica_decoders.CORRELATION, authenticate)
+    assert answer.auth_bytes.startswith(b"r=")
+    for seed in (handshake, authenticate):
+        replica_decoders.check_input(seed)
+
+
 def test_a_short_run_finds_nothing() -> None:
     report = replica_decoders.run(seconds=2.0, seed=3, target=replica_decoders.check_input,
                                   seeds=replica_decoders.seed_inputs())
