@@ -17,14 +17,14 @@ from pydantic import (
 )
 
 from eddy.log.config import LONG_MAX, TOPIC_CONFIGS, InvalidConfig
+from eddy.observe.settings import ADMIN_PORT, ObservabilitySettings
 from eddy.security.config_fields import SecuritySettings
 from eddy.security.listeners import ListenerSpec, resolve_listeners
 
 ENV_PREFIX = "EDDY_"
-#: the usual ports of the schema registry (Confluent's) and of the admin listener
-#: (Redpanda's), used on the Kafka listener's host unless set
+#: the usual port of the schema registry (Confluent's), used on the Kafka listener's host
+#: unless set (the admin listener's, ADMIN_PORT, is in eddy.observe.settings)
 REGISTRY_PORT = 8081
-ADMIN_PORT = 9644
 
 
 class ConfigError(ValueError):
@@ -79,7 +79,7 @@ def parse_connection_overrides(value: str) -> dict[str, int]:
     return out
 
 
-class BrokerConfig(SecuritySettings):
+class BrokerConfig(SecuritySettings, ObservabilitySettings):
     """Every setting a user can set. Kafka's dotted names are accepted as aliases."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
@@ -233,12 +233,6 @@ class BrokerConfig(SecuritySettings):
         description="Eddy's own: segment and index files kept open at once, the least "
         "recently used closed beyond it (0: half the open-files limit, RLIMIT_NOFILE)",
     )
-    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
-    metrics_enable: bool = Field(
-        True, alias="metrics.enable",
-        description="count requests, bytes and records as they are served for the Prometheus "
-        "metrics (false: those counters stay at 0; gauges read at scrape time still answer)",
-    )
     process_roles: str | None = Field(
         None, alias="process.roles",
         description="comma-separated roles: broker (holds partitions and groups), controller "
@@ -308,13 +302,6 @@ class BrokerConfig(SecuritySettings):
         "port is taken, as by another node on the same host); port 0: any free port; "
         "empty: no registry",
     )
-    admin_listener: str | None = Field(
-        None, alias="admin.listener",
-        description="HOST:PORT of the HTTP admin listener (/metrics for Prometheus, "
-        "/health/live, /health/ready), served by a node with the broker role; unset: the "
-        f"Kafka listener's host, port {ADMIN_PORT} (left out with a warning when that port "
-        "is taken); port 0: any free port; empty: off",
-    )
     registry_ssl_enabled: bool = Field(
         False, alias="registry.ssl.enabled",
         description="the schema registry serves HTTPS with the Kafka listeners' PEM material "
@@ -325,16 +312,6 @@ class BrokerConfig(SecuritySettings):
         description="NONE or BASIC (Confluent's authentication.method): HTTP basic auth "
         "against the users' SCRAM credentials in the cluster metadata; the principal is "
         "User:<name>, checked against the ACLs when authorizer.class.name is set",
-    )
-    admin_ssl_enabled: bool = Field(
-        False, alias="admin.ssl.enabled",
-        description="the admin listener serves HTTPS with the Kafka listeners' PEM material "
-        "(as registry.ssl.enabled)",
-    )
-    admin_authentication_method: str = Field(
-        "NONE", alias="admin.authentication.method",
-        description="NONE or BASIC, as registry.authentication.method (/health/live and "
-        "/health/ready stay open)",
     )
     controller_quorum_voters: str = Field(
         "", alias="controller.quorum.voters",
@@ -464,13 +441,6 @@ class BrokerConfig(SecuritySettings):
             raise ValueError("broker.session.timeout.ms must be above "
                              "broker.heartbeat.interval.ms")
         return self
-
-    @field_validator("log_level")
-    @classmethod
-    def _level(cls, v: str) -> str:
-        if v.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-            raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
-        return v.upper()
 
     @field_validator("max_connections_per_ip_overrides")
     @classmethod
@@ -707,7 +677,9 @@ def load_config(
         for err in exc.errors():
             if err["loc"]:
                 field = str(err["loc"][0])
-                problems.append(f"{origin.get(field, 'config')}: {field}: {err['msg']}")
+                info = BrokerConfig.model_fields.get(field)
+                name = info.alias if info is not None and info.alias else field
+                problems.append(f"{origin.get(field, 'config')}: {name}: {err['msg']}")
             else:
                 problems.append(str(err["msg"]).removeprefix("Value error, "))
         raise ConfigError("; ".join(problems)) from None

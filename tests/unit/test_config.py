@@ -35,7 +35,7 @@ def test_wildcard_listen_advertises_loopback() -> None:
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [
-        ({"num.partitions": "0"}, "num_partitions"),
+        ({"num.partitions": "0"}, "num.partitions"),
         ({"listen": "nope"}, "listen"),
         ({"no.such.setting": "1"}, "no.such.setting"),
         ({"log.message.timestamp.type": "Sometimes"}, "message.timestamp.type"),
@@ -48,7 +48,7 @@ def test_bad_values_name_the_field(overrides: dict[str, str], needle: str) -> No
 
 
 def test_bad_env_names_the_source() -> None:
-    with pytest.raises(ConfigError, match=r"environment.*num_partitions"):
+    with pytest.raises(ConfigError, match=r"environment.*num\.partitions"):
         load_config(env={"EDDY_NUM_PARTITIONS": "many"})
 
 
@@ -71,10 +71,10 @@ def test_mesh_and_role_settings_are_checked_where_they_are_read() -> None:
     assert lone.mesh_enabled and lone.mesh_address == ("127.0.0.1", 0)
     assert not load_config(env={}, overrides={"process.roles": "broker"}).mesh_enabled
     assert load_config(env={}, overrides={"mesh.listener": "127.0.0.1:0"}).mesh_enabled
-    for bad, field in [({"process.roles": "broker,wizard"}, "process_roles"),
-                       ({"process.roles": ""}, "process_roles"),
+    for bad, field in [({"process.roles": "broker,wizard"}, "process.roles"),
+                       ({"process.roles": ""}, "process.roles"),
                        ({"mesh.seeds": "nohost"}, "mesh.seeds"),
-                       ({"mesh.allowed.nodes": "xyz"}, "mesh_allowed_nodes")]:
+                       ({"mesh.allowed.nodes": "xyz"}, "mesh.allowed.nodes")]:
         with pytest.raises(ConfigError, match=field):
             load_config(env={}, overrides=bad)
 

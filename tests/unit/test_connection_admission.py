@@ -108,7 +108,7 @@ def test_defaults_are_bounded() -> None:
         ({"queued.max.request.bytes": "1000000"}, "queued.max.request.bytes"),
         ({"max.connections.per.ip.overrides": "hostA"}, "HOST:COUNT"),
         ({"max.connections.per.ip.overrides": "hostA:many"}, "HOST:COUNT"),
-        ({"max.connections": "-1"}, "max_connections"),
+        ({"max.connections": "-1"}, "max.connections"),
     ],
 )
 def test_bad_settings_are_named(overrides: dict[str, str], needle: str) -> None:

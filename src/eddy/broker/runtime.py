@@ -7,7 +7,6 @@ import contextlib
 import logging
 import resource
 import signal
-import sys
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -17,6 +16,7 @@ from eddy.config import BrokerConfig
 from eddy.log.dir_lock import DataDirLock
 from eddy.log.file_cache import FILES
 from eddy.node import start_node, stop_node
+from eddy.observe import log_format
 
 log = logging.getLogger("eddy")
 
@@ -103,11 +103,7 @@ def size_file_cache(config: BrokerConfig, fd_limit: int) -> None:
 
 
 def run(config: BrokerConfig) -> None:
-    logging.basicConfig(
-        level=config.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    log_format.configure(config.log_level, config.log_format)
     # aioquic logs every handshake at INFO: the mesh logs what matters about peers itself
     logging.getLogger("quic").setLevel(max(logging.WARNING, logging.getLogger().level))
     size_file_cache(config, raise_open_files_limit())

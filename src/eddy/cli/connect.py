@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import sys
+import os
 from typing import Annotated, Any
 
 import typer
@@ -116,6 +116,16 @@ def check_cmd(file: FileArg, output: OutputOpt = None) -> None:
 SPARK_MODULES = ("pyspark", "pyarrow", "pandas")
 
 
+def _log_setup() -> None:
+    """INFO lines on stderr, as text or (EDDY_LOG_FORMAT=json, a node's log.format) JSON."""
+    from eddy.observe import log_format
+
+    fmt = os.environ.get("EDDY_LOG_FORMAT", "text").strip().lower()
+    if fmt not in ("text", "json"):
+        raise typer.BadParameter(f"EDDY_LOG_FORMAT must be text or json, not {fmt!r}")
+    log_format.configure(logging.INFO, "json" if fmt == "json" else "text")
+
+
 def _need_spark(command: str) -> None:
     """A clear error when the `connect` extra is not installed (a broker-only install)."""
     missing = [m for m in SPARK_MODULES if importlib.util.find_spec(m) is None]
@@ -201,8 +211,7 @@ def run_cmd(
     p = _load(file)
     if available_now:
         p = p.model_copy(update={"trigger": "available-now"})
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
-                        stream=sys.stderr)
+    _log_setup()
     spark = _spark(master, conf, p)
     view = ProgressView(p.name)
     reporter = StatusReporter.for_pipeline(p)  # to the topic _eddy_pipelines of its Eddy
