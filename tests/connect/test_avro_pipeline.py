@@ -114,6 +114,17 @@ def test_avro_values_evolve_into_parquet_and_poison_to_dead_letters(
         assert row["value"] is None and why in row["_eddy_decode_error"]
     assert all(r["_eddy_decode_error"] is None for r in rows[:9])
 
+    # a pinned reader schema (version 1): values written with v2 resolve against it, their
+    # new fields dropped, as Avro's schema resolution says
+    pinned = (spark.read.format("eddy").option("kafka.bootstrap.servers", proc.bootstrap)
+              .option("subscribe", topic).option("value.format", "avro")
+              .option("value.schema.version", "1").option("schema.registry.url", url).load())
+    assert pinned.schema["value"].dataType.simpleString() == (
+        "struct<name:string,age:int,tags:array<string>>")
+    first = pinned.orderBy("offset").select("value").limit(9).collect()
+    assert [r["value"].asDict(recursive=True) for r in first] == old + [
+        {k: r[k] for k in ("name", "age", "tags")} for r in new]
+
     # a pipeline into parquet; the poison goes to the dead letters
     out = tmp_path / "out"
     prepared = run_text(spark, f"""
