@@ -4,7 +4,9 @@ records live (the consumer groups' offsets and the transactions' state).
 
 With an authorizer, as Kafka: finding a group's coordinator needs DESCRIBE on the group
 (else GROUP_AUTHORIZATION_FAILED), a transaction's DESCRIBE on the transactional id (else
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED); from v4 each key is answered on its own."""
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED); from v4 each key is answered on its own. Each request
+runs in an `eddy.broker.kafka.find-coordinator` span (its key_type an attribute, as the
+gateway's `eddy.gateway.kafka.find-coordinator`)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 
 from eddy.broker.broker import Broker
 from eddy.broker.handlers.cluster_metadata import live_brokers
+from eddy.observe.tracing import span
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode
@@ -72,8 +75,14 @@ def _found(broker: Broker, req: Request, key: str, key_type: int
 
 async def find_coordinator(broker: Broker, req: Request) -> Any:
     body = req.body
-    mod = response_module(ApiKey.FIND_COORDINATOR, req.api_version)
     key_type = getattr(body, "key_type", GROUP)
+    with span("eddy.broker.kafka.find-coordinator", key_type=key_type):
+        return _find_coordinator(broker, req, key_type)
+
+
+def _find_coordinator(broker: Broker, req: Request, key_type: int) -> Any:
+    body = req.body
+    mod = response_module(ApiKey.FIND_COORDINATOR, req.api_version)
     if req.api_version >= 4:
         coordinators = []
         for key in body.coordinator_keys:
