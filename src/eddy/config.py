@@ -38,10 +38,9 @@ def parse_host_port(value: str, field: str) -> tuple[str, int]:
     return (host.strip("[]") or "127.0.0.1"), int(port)
 
 
-#: the roles a node can have today (seed 000's broker and gateway, seed 004's controller: a
-#: voter of the metadata quorum; registry and connect become roles with the work that builds
-#: them)
-ROLES = frozenset({"broker", "controller", "gateway"})
+#: the roles a node can have (seed 000's broker, gateway and registry, seed 004's controller:
+#: a voter of the metadata quorum); connect is a command (`eddy connect run`), not a role
+ROLES = frozenset({"broker", "controller", "gateway", "registry"})
 
 
 def parse_quorum_voters(value: str) -> dict[int, str]:
@@ -238,8 +237,10 @@ class BrokerConfig(SecuritySettings, ObservabilitySettings):
         description="comma-separated roles: broker (holds partitions and groups), controller "
         "(a voter of the metadata quorum), gateway (holds nothing: clients bootstrap to it and "
         "it forwards every operation to the owning node over the mesh; with broker too, "
-        "local operations run in-process). Unset: broker,controller (a cluster of one, or a "
-        "voter of controller.quorum.voters), except broker for a node named in no voter "
+        "local operations run in-process), registry (the schema registry's REST API on "
+        "registry.listener; needs broker on the same node; implied when registry.listener "
+        "is set). Unset: broker,controller,registry (a cluster of one, or a voter of "
+        "controller.quorum.voters), except broker,registry for a node named in no voter "
         "list or one on a mesh without voters (mesh.listener, mesh.seeds, mDNS); "
         "process.roles=broker alone with no voters is a node outside any cluster",
     )
@@ -297,7 +298,7 @@ class BrokerConfig(SecuritySettings, ObservabilitySettings):
     registry_listener: str | None = Field(
         None, alias="registry.listener",
         description="HOST:PORT of the schema registry's HTTP API (Confluent's REST API, "
-        "state in the topic _schemas), served by a node with the broker role; unset: the "
+        "state in the topic _schemas), served by a node with the registry role; unset: the "
         f"Kafka listener's host, port {REGISTRY_PORT} (left out with a warning when that "
         "port is taken, as by another node on the same host); port 0: any free port; "
         "empty: no registry",
@@ -437,6 +438,12 @@ class BrokerConfig(SecuritySettings, ObservabilitySettings):
         if not self.roles & {"broker", "gateway"}:
             raise ValueError("process.roles needs broker or gateway (every node serves Kafka "
                              "clients; a controller-only node is not built yet)")
+        if self.registry_listener and "registry" not in self.roles and "broker" in self.roles:
+            # a registry.listener set asks for the registry: the role follows
+            object.__setattr__(self, "process_roles", f"{self.process_roles},registry")
+        if "registry" in self.roles and "broker" not in self.roles:
+            raise ValueError("process.roles registry needs broker on the same node (the "
+                             "registry reads and writes _schemas through its broker)")
         if self.broker_session_timeout_ms <= self.broker_heartbeat_interval_ms:
             raise ValueError("broker.session.timeout.ms must be above "
                              "broker.heartbeat.interval.ms")
@@ -480,10 +487,10 @@ class BrokerConfig(SecuritySettings, ObservabilitySettings):
         voter's if this node is one, a broker's on a cluster or mesh that others run."""
         named = parse_quorum_voters(self.controller_quorum_voters)
         if named:
-            return "broker,controller" if self.node_id in named else "broker"
+            return "broker,controller,registry" if self.node_id in named else "broker,registry"
         if self.mesh_listener or self.mesh_seeds or self.mesh_mdns_enable:
-            return "broker"  # a mesh of nodes of their own (a gateway routes between them)
-        return "broker,controller"
+            return "broker,registry"  # a mesh of nodes of their own (a gateway routes)
+        return "broker,controller,registry"
 
     @property
     def roles(self) -> frozenset[str]:
@@ -529,6 +536,8 @@ class BrokerConfig(SecuritySettings, ObservabilitySettings):
     @property
     def registry_address(self) -> tuple[str, int] | None:
         """Where the schema registry listens (None: not served)."""
+        if "registry" not in self.roles:
+            return None
         return self._http_address(self.registry_listener, REGISTRY_PORT, "registry.listener")
 
     @property

@@ -57,7 +57,7 @@ def test_five_nodes_join_detect_a_kill_and_refuse_an_unlisted_key(tmp_path: Path
         assert by_key[keys[4]]["node_id"] == 4
         assert by_key[keys[4]]["mesh"] == f"127.0.0.1:{ports[4]}"
         assert by_key[keys[4]]["kafka"] == nodes[4].bootstrap
-        assert by_key[keys[4]]["roles"] == ["broker"]
+        assert by_key[keys[4]]["roles"] == ["broker", "registry"]
         assert status["active_view"], "gossip keeps an active view"
         for target in ("4", to_base32(bytes.fromhex(keys[4]))):
             ping = subprocess.run(

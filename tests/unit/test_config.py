@@ -91,12 +91,12 @@ def test_quorum_voters_decide_the_mesh_address_the_seeds_and_the_controller_role
     assert broker.mesh_address == ("127.0.0.1", 0) and not broker.roles & {"controller"}
     # unset, process.roles is what the node's place asks for
     assert load_config(env={}, overrides={"node_id": 2, "controller.quorum.voters": voters}
-                       ).roles == {"broker", "controller"}
-    assert load_config(env={}).roles == {"broker", "controller"}  # a cluster of one
+                       ).roles == {"broker", "controller", "registry"}
+    assert load_config(env={}).roles == {"broker", "controller", "registry"}  # cluster of one
     assert load_config(env={}).quorum_voters == {1: "127.0.0.1:0"}
     for mesh in ({"mesh.listener": "127.0.0.1:0"}, {"mesh.seeds": "127.0.0.1:9"},
                  {"mesh.mdns.enable": True}):  # a mesh of nodes of their own
-        assert load_config(env={}, overrides=mesh).roles == {"broker"}
+        assert load_config(env={}, overrides=mesh).roles == {"broker", "registry"}
     assert not load_config(env={}, overrides={"process.roles": "broker"}).clustered
     for bad, needle in [
         ({"node_id": 2, "process.roles": "broker", "controller.quorum.voters": voters},
@@ -116,3 +116,19 @@ def test_quorum_voters_decide_the_mesh_address_the_seeds_and_the_controller_role
     ]:
         with pytest.raises(ConfigError, match=needle):
             load_config(env={}, overrides=bad)
+
+
+def test_the_registry_is_a_role_of_broker_nodes() -> None:
+    assert load_config(env={}).registry_address == ("127.0.0.1", 8081)  # every role: default
+    explicit = load_config(env={}, overrides={"process.roles": "broker,controller"})
+    assert "registry" not in explicit.roles and explicit.registry_address is None
+    named = load_config(env={}, overrides={"process.roles": "broker,registry"})
+    assert named.registry_address == ("127.0.0.1", 8081)
+    # a registry.listener set asks for the registry: the role follows
+    listed = load_config(env={}, overrides={"process.roles": "broker",
+                                            "registry.listener": "127.0.0.1:0"})
+    assert "registry" in listed.roles and listed.registry_address == ("127.0.0.1", 0)
+    off = load_config(env={}, overrides={"registry.listener": ""})
+    assert off.registry_address is None
+    with pytest.raises(ConfigError, match="registry needs broker"):
+        load_config(env={}, overrides={"process.roles": "gateway,registry"})
