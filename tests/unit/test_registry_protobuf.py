@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eddy.registry.formats import MAX_DEPTH, MAX_SCHEMA_CHARS, PROTOBUF, InvalidSchema
-from eddy.registry.protobuf_compat import compatibility, differences
+from eddy.registry.protobuf_compat import ProtobufIncompatibility, compatibility, differences
 from eddy.registry.protobuf_schema import WELL_KNOWN, ProtobufSchema, parse
 
 P3 = 'syntax = "proto3";\n'
@@ -568,9 +568,14 @@ def test_text_and_serialized_forms_are_compatible_with_each_other() -> None:
 def test_incompatibility_message_is_confluents_verbose_line() -> None:
     [d] = compatibility(parse(P3 + "message T {}"), parse(P3 + "message T {} message U {}"))
     assert d.error_type == "MESSAGE_REMOVED"
-    assert d.message() == ("{errorType:'MESSAGE_REMOVED', description:'The reader schema is "
-                           "missing a MESSAGE type at path '#/U' in the writer schema', "
-                           "additionalInfo:'#/U'}")
+    assert d.description == ("The reader schema is missing a MESSAGE type at path '#/U' in "
+                             "the writer schema")
+    # Protobuf's Difference.toString: double quotes, the reader and writer labelled as the
+    # level has them (BACKWARD: the new schema reads, FORWARD: the old one)
+    assert isinstance(d, ProtobufIncompatibility)
+    assert d.confluent_message("new", "old") == (
+        '{errorType:"MESSAGE_REMOVED", description:"The new schema is missing a MESSAGE type '
+        "at path '#/U' in the old schema\"}")
 
 
 @pytest.mark.parametrize("path", sorted(WELL_KNOWN))
@@ -591,3 +596,100 @@ def test_custom_options_stay_in_the_text_forms() -> None:
     fdp = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(s.serialized()))
     assert fdp.message_type[0].field[0].options.deprecated
     assert fdp.extension[0].extendee == ".google.protobuf.FieldOptions"
+
+
+IGNORED_META = P3 + """package confluent;
+import "google/protobuf/descriptor.proto";
+message Meta { string doc = 1; }
+extend google.protobuf.FieldOptions { Meta field_meta = 1088; }
+"""
+WITH_EXTENSIONS = P2 + """package acme;
+import "google/protobuf/descriptor.proto";
+import "confluent/meta.proto";
+option java_package = "com.acme";
+option (file_tag) = "x";
+extend google.protobuf.FileOptions { optional string file_tag = 50001; }
+extend google.protobuf.FieldOptions { optional int32 sensitivity = 50002; }
+extend google.protobuf.MessageOptions { optional bool audited = 50003; }
+extend google.protobuf.OneofOptions { optional bool picked = 50004; }
+message Order {
+  option (audited) = true;
+  optional string id = 1 [(sensitivity) = 3, deprecated = true];
+  optional int32 qty = 2 [(confluent.field_meta).doc = "how many", default = 1];
+  oneof pick { option (picked) = true; string a = 3; string b = 4; }
+  extensions 100 to 199;
+  extend Order { optional string note = 100; }
+}
+enum Kind { option allow_alias = true; A = 0; B = 0; }
+"""
+
+
+def test_format_ignore_extensions_drops_extensions_and_custom_options() -> None:
+    from eddy.registry.schema_ops import formatted
+    s = parse(WITH_EXTENSIONS, {"confluent/meta.proto": IGNORED_META})
+    text = formatted(s, " Ignore_Extensions", "stored")
+    # Confluent's FormatContext(ignoreExtensions): no extend blocks, no extension ranges, no
+    # custom options except its own confluent.* ones; imports and standard options stay
+    assert text == P2 + """package acme;
+
+import "google/protobuf/descriptor.proto";
+import "confluent/meta.proto";
+
+option java_package = "com.acme";
+
+message Order {
+  optional string id = 1 [deprecated = true];
+  optional int32 qty = 2 [
+    (confluent.field_meta).doc = "how many",
+    default = 1
+  ];
+
+  oneof pick {
+    string a = 3;
+    string b = 4;
+  }
+}
+enum Kind {
+  option allow_alias = true;
+  A = 0;
+  B = 0;
+}
+"""
+    assert "extend " in s.canonical() and "(audited)" in s.canonical()
+    # what is left is still a schema, the same messages
+    again = parse(text, {"confluent/meta.proto": IGNORED_META})
+    assert [m.name for m in again.model.messages] == ["Order"]
+    # not a Protobuf format for the other types: as stored (Confluent ignores unknown formats)
+    plain = parse(P3 + "message M { string a = 1; }")
+    assert formatted(plain, "ignore_extensions", "stored") == plain.canonical()
+    from eddy.registry.avro_schema import parse as parse_avro
+    assert formatted(parse_avro('"string"'), "ignore_extensions", "stored") == "stored"
+
+
+def test_format_ignore_extensions_through_the_service() -> None:
+    import asyncio
+
+    from eddy.registry.memory_log import MemoryLog
+    from eddy.registry.requests import SchemaRequest
+    from eddy.registry.service import RegistryService
+    from eddy.registry.state import SchemaState
+
+    state = SchemaState()
+    service = RegistryService(MemoryLog(state.apply), state)
+
+    async def scenario() -> tuple[dict[str, object], str, dict[str, object]]:
+        await service.register("meta", SchemaRequest.from_body(
+            {"schema": IGNORED_META, "schemaType": "PROTOBUF"}))
+        body = {"schema": WITH_EXTENSIONS, "schemaType": "PROTOBUF", "references": [
+            {"name": "confluent/meta.proto", "subject": "meta", "version": 1}]}
+        answer = await service.register("orders", SchemaRequest.from_body(body))
+        schema_id = int(answer["id"])
+        return (await service.schema_by_id(schema_id, fmt="ignore_extensions"),
+                await service.schema_text_by_id(schema_id, fmt="ignore_extensions"),
+                await service.get_version("orders", "latest", fmt="ignore_extensions"))
+
+    by_id, text, version = asyncio.run(scenario())
+    assert by_id["schema"] == text == version["schema"]
+    assert "extend" not in text and "(sensitivity)" not in text and "extensions" not in text
+    assert by_id["schemaType"] == "PROTOBUF" and by_id["references"] == [
+        {"name": "confluent/meta.proto", "subject": "meta", "version": 1}]

@@ -13,6 +13,7 @@ and the engine in :mod:`eddy.registry.json_compat_core`.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from decimal import Decimal
 
 from eddy.registry.formats import Incompatibility
@@ -231,43 +232,56 @@ _ADDED_TO_OPEN = frozenset({"REQUIRED_PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL",
                             "ITEM_ADDED_TO_OPEN_CONTENT_MODEL"})
 
 
-def describe(error_type: str, path: str) -> str:
-    """A sentence for a difference, in the shape of Confluent's (reader = the schema that
-    reads, writer = the one the data was written with)."""
+def describe(error_type: str, path: str, reader: str = "reader", writer: str = "writer"
+             ) -> str:
+    """Confluent's description of a difference (``json.diff.Difference``), ``reader`` and
+    ``writer`` naming the two schemas ("new"/"old" for BACKWARD, "old"/"new" for FORWARD).
+    The wording, slips included ("The new has a closed content model"), is Confluent's."""
     at = f"at path '{path}'"
     if error_type in _KEYWORD_ADDED:
-        return f"The keyword {at} in the reader schema is not present in the writer schema"
+        return f"The keyword {at} in the {reader} schema is not present in the {writer} schema"
     if error_type in _MORE or error_type in _LESS:
         how = "more" if error_type in _MORE else "less"
-        return f"The value {at} in the reader schema is {how} than its value in the writer schema"
+        return (f"The value {at} in the {reader} schema is {how} than its value in the "
+                f"{writer} schema")
     if error_type in _VALUE:
-        return f"The value {at} is different between the reader and writer schema"
+        return f"The value {at} is different between the {reader} and {writer} schema"
     if error_type in _FEWER or error_type in _MORE_ELEMENTS:
         how = "fewer" if error_type in _FEWER else "more"
-        return (f"An array or combined type {at} has {how} elements in the reader schema than "
-                "the writer schema")
+        return (f"An array or combined type {at} has {how} elements in the {reader} schema "
+                f"than the {writer} schema")
     if error_type in _TYPE:
-        return f"A type {at} is different between the reader schema and the writer schema"
+        return f"A type {at} is different between the {reader} schema and the {writer} schema"
     if error_type in _ADDED_TO_OPEN:
-        return ("The writer schema has an open content model and the reader schema has a "
-                f"property or item {at} which is missing in the writer schema")
+        return (f"The {reader} schema has an open content model and has a property or item "
+                f"{at} which is missing in the {writer} schema")
     if error_type == "REQUIRED_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL":
-        return (f"The reader schema has a required property {at}, without a default, which is "
-                "missing in the writer schema, whose content model is not open")
+        return (f"The {reader} schema has an unopen content model and has a required property "
+                f"{at} which is missing in the {writer} schema")
     if error_type in ("PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL",
                       "ITEM_REMOVED_FROM_CLOSED_CONTENT_MODEL"):
-        return ("The reader schema has a closed content model and is missing a property or "
-                f"item present {at} in the writer schema")
+        return (f"The {reader} has a closed content model and is missing a property or item "
+                f"present {at} in the {writer} schema")
     if error_type.endswith("_REMOVED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL"):
-        return ("A property or item is missing in the reader schema but present "
-                f"{at} in the writer schema and is not covered by its partially open content "
-                "model")
+        return (f"A property or item is missing in the {reader} schema but present {at} in "
+                f"the {writer} schema and is not covered by its partially open content model")
     if error_type.endswith("_ADDED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL"):
-        return (f"The reader schema has a property or item {at} which is missing in the "
-                "writer schema and is not covered by its partially open content model")
+        return (f"The {reader} schema has a property or item {at} which is missing in the "
+                f"{writer} schema and is not covered by its partially open content model")
     if error_type == TOO_COMPLEX:
         return f"The schemas {at} nest or combine too deeply to be compared"
     return f"{error_type} {at}"
+
+
+@dataclass(frozen=True, slots=True)
+class JsonIncompatibility(Incompatibility):
+    """An ``Incompatibility`` that also words itself as Confluent's verbose line."""
+
+    def confluent_message(self, reader_label: str = "new", writer_label: str = "old") -> str:
+        """Confluent's line, exactly as JSON Schema's ``Difference.toString`` prints it:
+        ``{errorType:"...", description:"..."'}`` (its stray apostrophe included)."""
+        description = describe(self.error_type, self.path, reader_label, writer_label)
+        return f'{{errorType:"{self.error_type}", description:"{description}"\'}}'
 
 
 def compatibility(reader: JsonSchema, writer: JsonSchema) -> list[Incompatibility]:
@@ -280,12 +294,12 @@ def compatibility(reader: JsonSchema, writer: JsonSchema) -> list[Incompatibilit
     except RecursionError:  # the depth cap keeps well below the limit: never let one escape
         shared.capped = True
     if shared.capped:  # partial findings would mislead: say only why there are none
-        return [Incompatibility(TOO_COMPLEX, "#/", describe(TOO_COMPLEX, "#/"))]
+        return [JsonIncompatibility(TOO_COMPLEX, "#/", describe(TOO_COMPLEX, "#/"))]
     found: dict[tuple[str, str], None] = {}
     for error_type, path in ctx.diffs:
         if error_type not in COMPATIBLE_CHANGES:
             found.setdefault((error_type, "#/" + "/".join(path)), None)
-    return [Incompatibility(t, p, describe(t, p)) for t, p in found]
+    return [JsonIncompatibility(t, p, describe(t, p)) for t, p in found]
 
 
 def _multiple_of_change(before: Decimal, after: Decimal) -> str:

@@ -31,30 +31,46 @@ COMPATIBLE_CHANGES = frozenset({
     "ONEOF_ADDED", "ONEOF_REMOVED", "ONEOF_FIELD_ADDED", "ONEOF_FIELD_MOVED_TO_TOP_LEVEL",
 })
 
+#: Confluent's descriptions (``protobuf.diff.Difference``); ``{p}`` is the path, ``{r}`` the
+#: reader's label and ``{w}`` the writer's ("new"/"old" for BACKWARD, "old"/"new" for
+#: FORWARD). REQUIRED_FIELD_ADDED's double space is Confluent's.
 _DESCRIPTIONS = {
-    "PACKAGE_CHANGED": "The package at '{p}' in the reader schema does not match the package "
-                       "in the writer schema",
-    "MESSAGE_REMOVED": "The reader schema is missing a MESSAGE type at path '{p}' in the "
-                       "writer schema",
-    "FIELD_KIND_CHANGED": "The type of a field at path '{p}' in the reader schema does not "
-                          "match the writer schema",
-    "FIELD_SCALAR_KIND_CHANGED": "The kind of a SCALAR field at path '{p}' in the reader "
-                                 "schema does not match its kind in the writer schema",
-    "FIELD_NAMED_TYPE_CHANGED": "The type of a MESSAGE field at path '{p}' in the reader "
-                                "schema does not match its type in the writer schema",
-    "FIELD_NUMERIC_LABEL_CHANGED": "The label for a NUMERIC field at path '{p}' in the reader "
-                                   "schema does not match its label in the writer schema",
-    "REQUIRED_FIELD_ADDED": "A required field at path '{p}' in the reader schema is missing "
-                            "in the writer schema",
-    "REQUIRED_FIELD_REMOVED": "The reader schema is missing a required field at path: '{p}' "
-                              "in the writer schema",
-    "ONEOF_FIELD_REMOVED": "The reader schema is missing a oneof field at path '{p}' in the "
-                           "writer schema",
+    "PACKAGE_CHANGED": "The package at '{p}' in the {r} schema does not match the package "
+                       "in the {w} schema",
+    "MESSAGE_REMOVED": "The {r} schema is missing a MESSAGE type at path '{p}' in the {w} "
+                       "schema",
+    "FIELD_KIND_CHANGED": "The type of a field at path '{p}' in the {r} schema does not "
+                          "match the {w} schema",
+    "FIELD_SCALAR_KIND_CHANGED": "The kind of a SCALAR field at path '{p}' in the {r} "
+                                 "schema does not match its kind in the {w} schema",
+    "FIELD_NAMED_TYPE_CHANGED": "The type of a MESSAGE field at path '{p}' in the {r} "
+                                "schema does not match its type in the {w} schema",
+    "FIELD_NUMERIC_LABEL_CHANGED": "The label for a NUMERIC field at path '{p}' in the {r} "
+                                   "schema does not match its label in the {w} schema",
+    "REQUIRED_FIELD_ADDED": "A required field  at path '{p}' in the {r} schema is missing "
+                            "in the {w} schema",
+    "REQUIRED_FIELD_REMOVED": "The {r} schema is missing a required field at path: '{p}' "
+                              "in the {w} schema",
+    "ONEOF_FIELD_REMOVED": "The {r} schema is missing a oneof field at path '{p}' in the "
+                           "{w} schema",
     "MULTIPLE_FIELDS_MOVED_TO_ONEOF": "Multiple fields in the oneof at path '{p}' in the "
-                                      "reader schema are outside a oneof in the writer schema",
-    "FIELD_MOVED_TO_EXISTING_ONEOF": "A field in the oneof at path '{p}' in the reader schema "
-                                     "is outside an existing oneof in the writer schema",
+                                      "{r} schema are outside a oneof in the {w} schema",
+    "FIELD_MOVED_TO_EXISTING_ONEOF": "A field in the oneof at path '{p}' in the {r} schema "
+                                     "is outside an existing oneof in the {w} schema",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class ProtobufIncompatibility(Incompatibility):
+    """An ``Incompatibility`` that also words itself as Confluent's verbose line."""
+
+    def confluent_message(self, reader_label: str = "new", writer_label: str = "old") -> str:
+        """Confluent's line: ``{errorType:"...", description:"..."}`` (double quotes, no
+        additionalInfo: Protobuf's ``Difference.toString``)."""
+        text = _DESCRIPTIONS.get(self.error_type, "")
+        description = text.format(p=self.path, r=reader_label, w=writer_label)
+        return f'{{errorType:"{self.error_type}", description:"{description}"}}'
+
 
 _SCALAR_GROUP = {
     "int32": "GENERAL_NUMBER", "int64": "GENERAL_NUMBER", "uint32": "GENERAL_NUMBER",
@@ -67,7 +83,7 @@ _SCALAR_GROUP = {
 
 def _difference(kind: str, path: str) -> Incompatibility:
     text = _DESCRIPTIONS.get(kind, kind.replace("_", " ").lower() + " at '{p}'")
-    return Incompatibility(kind, path, text.format(p=path))
+    return ProtobufIncompatibility(kind, path, text.format(p=path, r="reader", w="writer"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,9 @@
 before enums, declaration order kept) and the normalized form (``normalize=true``: proto2's
 syntax line dropped, imports sorted and de-duplicated, options sorted by name, fields by
 number, oneofs by their first field, reserved ranges split and sorted, enum constants by
-number, and type names resolved to their full ``.package.Name``).
+number, and type names resolved to their full ``.package.Name``); and the form without
+extensions (``format=ignore_extensions``: the canonical form less ``extend`` blocks,
+``extensions`` ranges and custom options, Confluent's own ``confluent.*`` options kept).
 
 Message order is never changed: the serializers' message indexes refer to it.
 """
@@ -55,10 +57,21 @@ def _indent(text: str) -> str:
     return "".join(f"  {line}\n" for line in text.splitlines())
 
 
+#: custom options ``format=ignore_extensions`` keeps (Confluent's ``CONFLUENT_PREFIX``)
+CONFLUENT_OPTION_PREFIX = "confluent."
+
+
+def _is_extension_option(o: OptionDef) -> bool:
+    """A custom option (``(name)`` or ``(name).sub``) other than Confluent's own."""
+    return o.name.startswith("(") and not o.name[1:].startswith(CONFLUENT_OPTION_PREFIX)
+
+
 class Printer:
-    def __init__(self, normalize: bool, resolve: Resolver | None = None) -> None:
+    def __init__(self, normalize: bool, resolve: Resolver | None = None, *,
+                 ignore_extensions: bool = False) -> None:
         self.normalize = normalize
         self.resolve = resolve
+        self.ignore_extensions = ignore_extensions
 
     # -- values and options --------------------------------------------------------------
     def value(self, v: OptionValue) -> str:
@@ -84,6 +97,8 @@ class Printer:
                                for i, x in enumerate(items)) + "]"
 
     def options(self, opts: list[OptionDef]) -> list[OptionDef]:
+        if self.ignore_extensions:
+            opts = [o for o in opts if not _is_extension_option(o)]
         if self.normalize:
             return sorted(opts, key=lambda o: o.name.strip("()"))
         return opts
@@ -139,7 +154,7 @@ class Printer:
 
     def oneof(self, o: OneofDef, scope: Sequence[str]) -> str:
         out = f"oneof {o.name} {{"
-        if o.options:
+        if self.options(o.options):
             out += "\n" + _indent(self.option_lines(o.options))
         fields = sorted(o.fields, key=lambda f: f.number) if self.normalize else o.fields
         if fields:
@@ -176,7 +191,7 @@ class Printer:
                                "reserved")
         if reserved:
             out += "\n" + _indent(reserved)
-        if m.options:
+        if self.options(m.options):
             out += "\n" + _indent(self.option_lines(m.options))
         fields = sorted(m.fields, key=lambda f: f.number) if self.normalize else m.fields
         if fields:
@@ -187,10 +202,10 @@ class Printer:
                             key=lambda o: min(f.number for f in o.fields))
         if oneofs:
             out += "\n" + "".join(_indent(self.oneof(o, inner)) for o in oneofs)
-        if m.extension_ranges:
+        if m.extension_ranges and not self.ignore_extensions:
             out += "\n" + _indent(self.ranges(m.extension_ranges, [], MAX_FIELD_NUMBER,
                                               "extensions"))
-        if m.extends:
+        if m.extends and not self.ignore_extensions:
             out += "\n" + "".join(_indent(self.extend(x, inner)) for x in m.extends)
         if m.messages or m.enums:
             out += "\n" + "".join(_indent(self.message(n, inner)) for n in m.messages)
@@ -201,13 +216,13 @@ class Printer:
         req = ("stream " if m.client_streaming else "") + self.type_name(m.input_type, scope)
         resp = ("stream " if m.server_streaming else "") + self.type_name(m.output_type, scope)
         out = f"rpc {m.name} ({req}) returns ({resp})"
-        if m.options:
+        if self.options(m.options):
             out += " {\n" + _indent(self.option_lines(m.options)) + "}"
         return out + ";\n"
 
     def service(self, s: ServiceDef, scope: Sequence[str]) -> str:
         out = f"service {s.name} {{"
-        if s.options:
+        if self.options(s.options):
             out += "\n" + _indent(self.option_lines(s.options))
         if s.methods:
             out += "\n" + "".join(_indent(self.method(m, scope)) for m in s.methods)
@@ -226,12 +241,12 @@ class Printer:
         if imports or public:
             out += "\n" + "".join(f'import "{i}";\n' for i in imports)
             out += "".join(f'import public "{i}";\n' for i in public)
-        if f.options:
+        if self.options(f.options):
             out += "\n" + self.option_lines(f.options)
         if f.messages or f.enums:
             out += "\n" + "".join(self.message(m, scope) for m in f.messages)
             out += "".join(self.enum(e) for e in f.enums)
-        if f.extends:
+        if f.extends and not self.ignore_extensions:
             out += "\n" + "".join(self.extend(x, scope) for x in f.extends)
         if f.services:
             out += "\n" + "".join(self.service(s, scope) for s in f.services)
@@ -246,3 +261,9 @@ def canonical(f: ProtoFile) -> str:
 def normalized(f: ProtoFile, resolve: Resolver) -> str:
     """Confluent's normalized string of the file; ``resolve`` gives full type names."""
     return Printer(True, resolve).file(f)
+
+
+def without_extensions(f: ProtoFile) -> str:
+    """Confluent's ``format=ignore_extensions`` string of the file: the canonical form without
+    ``extend`` blocks, ``extensions`` ranges and custom options (``confluent.*`` ones kept)."""
+    return Printer(False, ignore_extensions=True).file(f)

@@ -190,17 +190,49 @@ class SchemaParser:
         return self.parse(entry.schema_type, entry.schema, entry.references, is_new=False)
 
 
-def _direction(new: ParsedSchema, old: ParsedSchema, new_is_reader: bool) -> list[str]:
-    reader, writer = (new, old) if new_is_reader else (old, new)
-    _, compat = _format_module(new.schema_type)
-    issues = compat(reader, writer)
-    labels = ("new", "old") if new_is_reader else ("old", "new")
+#: the longest old schema Confluent quotes whole in a compatibility message
+#: (``SchemaValidatorBuilder.MAX_SCHEMA_SIZE_FOR_LOGGING``)
+MAX_OLD_SCHEMA_CHARS = 10 * 1024
+DIFFERENT_SCHEMA_TYPE = "Incompatible because of different schema type"
+
+
+def _direction(reader: ParsedSchema, writer: ParsedSchema, labels: tuple[str, str]
+               ) -> list[str]:
+    """Why a consumer of ``reader`` cannot read ``writer``'s data, as Confluent words it,
+    with ``labels`` naming the reader and the writer ("new"/"old" or "old"/"new")."""
+    _, compat = _format_module(reader.schema_type)
     out = []
-    for issue in issues:
+    for issue in compat(reader, writer):
         confluent_message = getattr(issue, "confluent_message", None)
         out.append(confluent_message(*labels) if callable(confluent_message)
                    else issue.message())
     return out
+
+
+def _old_schema(entry: VersionEntry) -> list[str]:
+    """The lines Confluent appends after a direction's messages: the old version and text."""
+    text = entry.schema
+    quoted_text = (f"'{text}'" if len(text) <= MAX_OLD_SCHEMA_CHARS
+                   else f"<truncated> '{text[:MAX_OLD_SCHEMA_CHARS]}...'")
+    return [f"{{oldSchemaVersion: {entry.version}}}", f"{{oldSchema: {quoted_text}}}"]
+
+
+def _against(base: str, new: ParsedSchema, entry: VersionEntry, old: ParsedSchema
+             ) -> list[str]:
+    """Confluent's messages for ``new`` against one earlier version (its validation
+    strategies): BACKWARD, new reads old; FORWARD, old reads new; FULL, old reads new then new
+    reads old, the old version quoted after the second only (Confluent appends it after a
+    backward finding, not a forward one under FULL); a different type, one line."""
+    if old.schema_type != new.schema_type:
+        return [DIFFERENT_SCHEMA_TYPE]
+    if base == "BACKWARD":
+        found = _direction(new, old, ("new", "old"))
+        return [*found, *_old_schema(entry)] if found else []
+    forward = _direction(old, new, ("old", "new"))
+    if base == "FORWARD":
+        return [*forward, *_old_schema(entry)] if forward else []
+    backward = _direction(new, old, ("new", "old"))
+    return [*forward, *backward, *(_old_schema(entry) if backward else [])]
 
 
 def incompatibilities(level: str, new: ParsedSchema,
@@ -215,18 +247,9 @@ def incompatibilities(level: str, new: ParsedSchema,
         checked = checked[:1]
     base = level.removesuffix("_TRANSITIVE")
     for entry, old in checked:
-        if old.schema_type != new.schema_type:
-            messages = ["Incompatible because of different schema type"]
-        else:
-            messages = []
-            if base in ("BACKWARD", "FULL"):
-                messages += _direction(new, old, new_is_reader=True)
-            if base in ("FORWARD", "FULL"):
-                messages += _direction(new, old, new_is_reader=False)
+        messages = _against(base, new, entry, old)
         if messages:
-            return [*messages, f"{{oldSchemaVersion: {entry.version}}}",
-                    f"{{oldSchema: '{quoted(entry.schema)}'}}",
-                    f"{{validateFields: 'false', compatibility: '{level}'}}"]
+            return [*messages, f"{{validateFields: 'false', compatibility: '{level}'}}"]
     return []
 
 
@@ -238,12 +261,20 @@ def incompatible_error(subject: str, messages: Sequence[str]) -> RegistryError:
 
 def formatted(parsed: ParsedSchema, fmt: str | None, stored: str) -> str:
     """A schema text in a requested ``format``: Protobuf ``serialized`` (base64
-    FileDescriptorProto), Avro ``resolved`` (references inlined); otherwise as stored."""
-    if fmt:
-        method = {"serialized": "serialized", "resolved": "resolved"}.get(fmt.strip().lower())
-        render = getattr(parsed, method, None) if method else None
-        if callable(render):
-            return str(render())
+    FileDescriptorProto) and ``ignore_extensions`` (without extend blocks, extension ranges
+    and custom options), Avro ``resolved`` (references inlined); otherwise (an unknown
+    format, or one of another schema type: Confluent ignores those too) as stored."""
+    if not fmt:
+        return stored
+    wanted = fmt.strip().lower()
+    if wanted == "ignore_extensions" and parsed.schema_type == PROTOBUF:
+        from eddy.registry.protobuf_print import without_extensions
+        model = getattr(parsed, "model", None)
+        return without_extensions(model) if model is not None else stored
+    method = {"serialized": "serialized", "resolved": "resolved"}.get(wanted)
+    render = getattr(parsed, method, None) if method else None
+    if callable(render):
+        return str(render())
     return stored
 
 
