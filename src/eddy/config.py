@@ -303,6 +303,11 @@ class BrokerConfig(SecuritySettings, ObservabilitySettings):
         "port is taken, as by another node on the same host); port 0: any free port; "
         "empty: no registry",
     )
+    registry_kafkastore_timeout_ms: int = Field(
+        10000, ge=1, le=3_600_000, alias="registry.kafkastore.timeout.ms",
+        description="how long a registry write waits for _schemas to take it (Confluent's "
+        "kafkastore.timeout.ms); then the request answers 50002 (operation timed out)",
+    )
     registry_ssl_enabled: bool = Field(
         False, alias="registry.ssl.enabled",
         description="the schema registry serves HTTPS with the Kafka listeners' PEM material "

@@ -234,7 +234,9 @@ async def _start_registry(config: BrokerConfig, broker: Broker | None,
         registry = await start_registry(address[0], address[1],
                                         f"{served.host}:{served.port}",
                                         route=cluster_route(broker, mesh), broker=broker,
-                                        client_config=client_config)
+                                        client_config=client_config,
+                                        write_timeout_s=config.registry_kafkastore_timeout_ms
+                                        / 1000)
     except TlsError:
         raise
     except OSError as exc:

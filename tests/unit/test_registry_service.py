@@ -333,7 +333,7 @@ def test_avro_references_and_referenced_by(reg: Registry) -> None:
     assert (err.status, err.code, err.message) == (
         422, 42206,
         "One or more references exist to the schema {magic=1,keytype=SCHEMA,subject=address,"
-        "version=1}")
+        "version=1}.")
     assert reg.fails(reg.service.delete_subject("address")).code == 42206
     # a soft-deleted referrer releases the reference
     reg.run(reg.service.delete_subject("person"))
@@ -425,6 +425,11 @@ def test_transitive_levels_check_every_live_version(reg: Registry) -> None:
     # against one named version the level is not transitive
     assert reg.run(reg.service.check_compatibility("s", "2", reg.request(v3))) == {
         "is_compatible": True}
+    against_1 = reg.run(reg.service.check_compatibility("s", "1", reg.request(v3),
+                                                        verbose=True))
+    assert against_1["is_compatible"] is False  # the message names the level as configured
+    assert against_1["messages"][-1] == (
+        "{validateFields: 'false', compatibility: 'BACKWARD_TRANSITIVE'}")
     reg.run(reg.service.set_config("s", {"compatibility": "BACKWARD"}))
     assert reg.register("s", v3) == 3
 

@@ -5,7 +5,10 @@ assigned to partition 0 from the beginning (no group membership, no commits) rea
 record back and hands it to ``on_record`` on the event loop, in topic order. ``append``
 returns once the reader has delivered past the offsets it wrote (as Confluent's leader
 waits for its own reader), ``sync`` once it has delivered up to the high watermark read
-when it was called.
+when it was called. An append that times out (50002) leaves its records with the producer,
+which goes on retrying them: the next ``sync``, and so the next write, first waits for their
+outcome, so that an id handed out by a write that timed out and landed later is never handed
+out again.
 
 librdkafka's calls that wait (polls, watermark queries, topic creation) run in threads of
 their own or in the loop's executor: the event loop never blocks on Kafka.
@@ -90,6 +93,9 @@ class KafkaSchemaLog:
         self._next = 0
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._reader_error: str | None = None
+        #: acks of appended records Kafka has not settled yet (an append that timed out
+        #: leaves its records here: the producer goes on retrying them, and they may land)
+        self._unsettled: set[asyncio.Future[int]] = set()
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -172,6 +178,10 @@ class KafkaSchemaLog:
             if not waiter.done():
                 waiter.set_exception(_store_error("the schema log is stopped"))
         self._waiters.clear()
+        for ack in self._unsettled:
+            if not ack.done():
+                ack.cancel()
+        self._unsettled.clear()
         self._loop = None
 
     def _config(self, extra: dict[str, Any]) -> dict[str, Any]:
@@ -340,24 +350,42 @@ class KafkaSchemaLog:
                                  on_delivery=_on_delivery(loop, ack))
                 acks.append(ack)
         except (BufferError, KafkaException) as exc:
-            for ack in acks:
-                ack.cancel()
+            for ack in acks:  # records already queued stay unsettled until Kafka answers
+                self._track(ack)
             raise _store_error(f"put operation failed: {exc}") from None
-        try:
-            offsets = await asyncio.wait_for(asyncio.gather(*acks), self.timeout_s)
-        except TimeoutError:
+        for ack in acks:
+            self._track(ack)
+        # not cancelled on a timeout: the producer keeps retrying them, so the next sync
+        # waits for their outcome (an id must not be handed out twice)
+        _, pending = await asyncio.wait(acks, timeout=self.timeout_s)
+        if pending:
             raise _timeout_error("put operation timed out while waiting for an ack from "
-                                 "Kafka") from None
-        except _DeliveryFailed as exc:
+                                 "Kafka")
+        failed = [ack.exception() for ack in acks if ack.exception() is not None]
+        if failed:
             raise _store_error(f"put operation failed while waiting for an ack from Kafka: "
-                               f"{exc}") from None
-        await self._reach(max(offsets) + 1, self.timeout_s)
+                               f"{failed[0]}")
+        await self._reach(max(ack.result() for ack in acks) + 1, self.timeout_s)
+
+    def _track(self, ack: asyncio.Future[int]) -> None:
+        self._unsettled.add(ack)
+        ack.add_done_callback(self._settled)
+
+    def _settled(self, ack: asyncio.Future[int]) -> None:
+        self._unsettled.discard(ack)
+        if not ack.cancelled():
+            ack.exception()  # retrieved: a late failure is not an unhandled one
 
     async def sync(self) -> None:
         """Return once every record in the topic as of now has been applied."""
         await self._sync(self.timeout_s)
 
     async def _sync(self, timeout_s: float) -> None:
+        if self._unsettled:  # an earlier append timed out: its records may still land
+            _, pending = await asyncio.wait(list(self._unsettled), timeout=timeout_s)
+            if pending:
+                raise _timeout_error(f"an earlier write to {self.topic} is still waiting "
+                                     "for an ack from Kafka")
         try:
             high = await asyncio.wait_for(asyncio.shield(self._end_offset()), timeout_s)
         except TimeoutError:

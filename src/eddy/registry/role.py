@@ -51,12 +51,14 @@ class RegistryRole:
     def __init__(self, host: str, port: int, bootstrap: str, *,
                  route: ClusterRoute | None = None,
                  security: HttpSecurity | None = None,
-                 client_config: dict[str, Any] | None = None) -> None:
+                 client_config: dict[str, Any] | None = None,
+                 write_timeout_s: float = 10.0) -> None:
         self.bootstrap = bootstrap
         self.security = security
         self.ready = asyncio.Event()
         state = SchemaState()
-        self.log = KafkaSchemaLog(bootstrap, state.apply, client_config=client_config)
+        self.log = KafkaSchemaLog(bootstrap, state.apply, client_config=client_config,
+                                  timeout_s=write_timeout_s)
         self.route = route
         self.service = ForwardingService(self.log, state, route,
                                          lambda: self.log.applied_offset)
@@ -138,7 +140,8 @@ def _refusal(status: int, message: str) -> web.Response:
 async def start_registry(host: str, port: int, bootstrap: str, *,
                          route: ClusterRoute | None = None,
                          broker: Broker | None = None,
-                         client_config: dict[str, Any] | None = None) -> RegistryRole:
+                         client_config: dict[str, Any] | None = None,
+                         write_timeout_s: float = 10.0) -> RegistryRole:
     """A node's registry on HOST:PORT (0: any free port), a client of ``bootstrap`` with
     ``client_config`` (confluent-kafka settings, e.g. the inter-broker listener's
     security); its writes through ``route`` (None: outside a cluster, all here); its
@@ -150,6 +153,6 @@ async def start_registry(host: str, port: int, bootstrap: str, *,
     security = (http_security("registry", broker.config, broker)
                 if broker is not None else None)
     role = RegistryRole(host, port, bootstrap, route=route, security=security,
-                        client_config=client_config)
+                        client_config=client_config, write_timeout_s=write_timeout_s)
     await role.start()
     return role

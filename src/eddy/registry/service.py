@@ -26,15 +26,20 @@ applied (``guid``), not stored.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 from eddy.registry import records as rec
 from eddy.registry.contract import (
     OPERATION_NOT_PERMITTED,
+    OPERATION_TIMEOUT,
     REFERENCE_EXISTS,
     SCHEMA_NOT_FOUND,
     SCHEMA_VERSION_NOT_SOFT_DELETED,
     SCHEMA_VERSION_SOFT_DELETED,
+    STORE_ERROR,
     SUBJECT_NOT_SOFT_DELETED,
     SUBJECT_SOFT_DELETED,
     VERSION_NOT_FOUND,
@@ -55,6 +60,8 @@ from eddy.registry.schema_ops import (
 from eddy.registry.service_config import ConfigModeOps, read_only, subject_not_found
 from eddy.registry.service_parse import SchemaParsing
 from eddy.registry.state import SchemaState, VersionEntry
+
+log = logging.getLogger("eddy.registry")
 
 #: the prefix Confluent clients send to mean "every context" (only the default one exists)
 _ALL_CONTEXTS = ":*:"
@@ -77,7 +84,22 @@ def _version_not_found(version: int | None) -> RegistryError:
 def _reference_exists(entry: VersionEntry) -> RegistryError:
     return RegistryError(422, REFERENCE_EXISTS, "One or more references exist to the schema "
                          f"{{magic=1,keytype=SCHEMA,subject={entry.subject},"
-                         f"version={entry.version}}}")
+                         f"version={entry.version}}}.")
+
+
+@contextlib.contextmanager
+def write_failures(store_message: str, timeout_message: str) -> Iterator[None]:
+    """A write's 50001 / 50002 from the ``_schemas`` log answered with Confluent's message
+    for the operation (its REST resources name the operation, not Kafka's cause; the cause
+    is logged)."""
+    try:
+        yield
+    except RegistryError as exc:
+        if exc.code not in (STORE_ERROR, OPERATION_TIMEOUT):
+            raise
+        message = store_message if exc.code == STORE_ERROR else timeout_message
+        log.warning("registry: %s: %s", message, exc.message)
+        raise RegistryError(exc.status, exc.code, message) from None
 
 
 class RegistryService(ConfigModeOps, SchemaParsing):
@@ -150,9 +172,11 @@ class RegistryService(ConfigModeOps, SchemaParsing):
         existing = self._matching(subject, content, request, include_deleted=False)
         if existing is not None and request.id in (None, existing.id):
             return {"id": existing.id}
-        async with self._lock:
-            await self._log.sync()
-            return {"id": await self._register(subject, request, parsed, content)}
+        with write_failures("Register schema operation failed while writing to the Kafka "
+                            "store", "Register operation timed out"):
+            async with self._lock:
+                await self._log.sync()
+                return {"id": await self._register(subject, request, parsed, content)}
 
     async def _register(self, subject: str, request: SchemaRequest, parsed: ParsedSchema,
                         content: tuple[str, str, tuple[rec.Reference, ...]]) -> int:
@@ -386,8 +410,9 @@ class RegistryService(ConfigModeOps, SchemaParsing):
             latest = self.state.latest(subject)
             previous = [latest] if latest is not None else []
         else:
+            # one version: a transitive level checks just it, and its message names the
+            # level as configured (as Confluent's does)
             previous = [await self._resolve_synced(subject, version)]
-            level = level.removesuffix("_TRANSITIVE")
         messages = await self._incompatibilities(level, parsed, len(text), previous)
         answer: dict[str, Any] = {"is_compatible": not messages}
         if verbose:
@@ -399,63 +424,68 @@ class RegistryService(ConfigModeOps, SchemaParsing):
     async def delete_version(self, subject: str, version: str | int,
                              permanent: bool = False) -> int:
         """DELETE /subjects/{subject}/versions/{version}[?permanent=true]: the version."""
-        async with self._lock:
-            await self._log.sync()
-            entry = self._resolve(subject, version, include_deleted=True)
-            if not permanent and entry.deleted:
-                raise RegistryError(404, SCHEMA_VERSION_SOFT_DELETED,
-                                    f"Subject '{subject}' Version {entry.version} was soft "
-                                    "deleted.Set permanent=true to delete permanently")
-            if self.is_read_only(subject):
-                raise read_only(subject)
-            if self.state.referenced_by(subject, entry.version):
-                raise _reference_exists(entry)
-            if permanent and not entry.deleted:
-                raise RegistryError(404, SCHEMA_VERSION_NOT_SOFT_DELETED,
-                                    f"Subject '{subject}' Version {entry.version} was not "
-                                    "deleted first before being permanently deleted")
-            key = self.state.schema_key_bytes(subject, entry.version)
-            records: list[SchemaRecord]
-            if permanent:
-                records = [(key, None)]
-            else:
-                value = rec.SchemaValue(entry.subject, entry.version, entry.id, entry.schema,
-                                        entry.schema_type, entry.references, entry.metadata,
-                                        entry.rule_set, True)
-                records = [(key, rec.encode_value(value))]
-                if not [e for e in self.state.versions(subject) if e.version != entry.version]:
-                    records += self._scope_cleanup(subject)
-            await self._append(records)
-            return entry.version
-
-    async def delete_subject(self, subject: str, permanent: bool = False) -> list[int]:
-        """DELETE /subjects/{subject}[?permanent=true]: the versions deleted."""
-        async with self._lock:
-            await self._log.sync()
-            if not self.state.has_subject(subject, include_deleted=True):
-                raise subject_not_found(subject)
-            if not permanent and not self.state.has_subject(subject):
-                raise RegistryError(404, SUBJECT_SOFT_DELETED,
-                                    f"Subject '{subject}' was soft deleted.Set permanent=true "
-                                    "to delete permanently")
-            if self.is_read_only(subject):
-                raise read_only(subject)
-            entries = self.state.versions(subject, include_deleted=permanent)
-            for entry in entries:
+        with write_failures("Delete Schema Version operation failed while writing to the "
+                            "Kafka store",
+                            "Delete Schema Version operation timed out"):
+            async with self._lock:
+                await self._log.sync()
+                entry = self._resolve(subject, version, include_deleted=True)
+                if not permanent and entry.deleted:
+                    raise RegistryError(404, SCHEMA_VERSION_SOFT_DELETED,
+                                        f"Subject '{subject}' Version {entry.version} was soft "
+                                        "deleted.Set permanent=true to delete permanently")
+                if self.is_read_only(subject):
+                    raise read_only(subject)
                 if self.state.referenced_by(subject, entry.version):
                     raise _reference_exists(entry)
                 if permanent and not entry.deleted:
-                    raise RegistryError(404, SUBJECT_NOT_SOFT_DELETED,
-                                        f"Subject '{subject}' was not deleted first before "
-                                        "being permanently deleted")
-            records: list[SchemaRecord]
-            if permanent:
-                records = [(self.state.schema_key_bytes(subject, e.version), None)
-                           for e in entries]
-            else:
-                value = rec.DeleteSubjectValue(subject, entries[-1].version)
-                records = [(rec.encode_key(rec.DeleteSubjectKey(subject)),
-                            rec.encode_value(value))]
-                records += self._scope_cleanup(subject)
-            await self._append(records)
-            return [e.version for e in entries]
+                    raise RegistryError(404, SCHEMA_VERSION_NOT_SOFT_DELETED,
+                                        f"Subject '{subject}' Version {entry.version} was not "
+                                        "deleted first before being permanently deleted")
+                key = self.state.schema_key_bytes(subject, entry.version)
+                records: list[SchemaRecord]
+                if permanent:
+                    records = [(key, None)]
+                else:
+                    value = rec.SchemaValue(entry.subject, entry.version, entry.id, entry.schema,
+                                            entry.schema_type, entry.references, entry.metadata,
+                                            entry.rule_set, True)
+                    records = [(key, rec.encode_value(value))]
+                    if not [e for e in self.state.versions(subject) if e.version != entry.version]:
+                        records += self._scope_cleanup(subject)
+                await self._append(records)
+                return entry.version
+
+    async def delete_subject(self, subject: str, permanent: bool = False) -> list[int]:
+        """DELETE /subjects/{subject}[?permanent=true]: the versions deleted."""
+        with write_failures(f"Error while deleting the subject {subject}",
+                            "Delete subject operation timed out"):
+            async with self._lock:
+                await self._log.sync()
+                if not self.state.has_subject(subject, include_deleted=True):
+                    raise subject_not_found(subject)
+                if not permanent and not self.state.has_subject(subject):
+                    raise RegistryError(404, SUBJECT_SOFT_DELETED,
+                                        f"Subject '{subject}' was soft deleted.Set permanent=true "
+                                        "to delete permanently")
+                if self.is_read_only(subject):
+                    raise read_only(subject)
+                entries = self.state.versions(subject, include_deleted=permanent)
+                for entry in entries:
+                    if self.state.referenced_by(subject, entry.version):
+                        raise _reference_exists(entry)
+                    if permanent and not entry.deleted:
+                        raise RegistryError(404, SUBJECT_NOT_SOFT_DELETED,
+                                            f"Subject '{subject}' was not deleted first before "
+                                            "being permanently deleted")
+                records: list[SchemaRecord]
+                if permanent:
+                    records = [(self.state.schema_key_bytes(subject, e.version), None)
+                               for e in entries]
+                else:
+                    value = rec.DeleteSubjectValue(subject, entries[-1].version)
+                    records = [(rec.encode_key(rec.DeleteSubjectKey(subject)),
+                                rec.encode_value(value))]
+                    records += self._scope_cleanup(subject)
+                await self._append(records)
+                return [e.version for e in entries]
