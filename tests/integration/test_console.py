@@ -3,9 +3,12 @@ Chromium, headless and offline, driven by Playwright. One node gets topics, reco
 Avro value through the node's own schema registry), a consumer group left with lag and two
 transactions; every page then loads without console errors or failed requests, sends no
 request off loopback, shows what was made, and updates without a reload when records
-arrive. A screenshot of each page goes to tests/artifacts/ for a person to look at. The
-JSON endpoints are also asked hostile queries: 400/404 JSON naming the parameter, and the
-node keeps serving."""
+arrive. A screenshot of each page goes to tests/artifacts/ for a person to look at, at
+laptop size and at a phone's (390x844: no page wider than the screen). A value framed by
+confluent-kafka's JSONSerializer shows decoded. A failed refresh is shown in a banner (HTTP
+status and the JSON error's message, or that the node cannot be reached) until refreshing
+works again. The JSON endpoints are also asked hostile queries: 400/404 JSON naming the
+parameter, and the node keeps serving."""
 
 from __future__ import annotations
 
@@ -23,11 +26,20 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import SchemaRegistryClient, record_subject_name_strategy
 from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from conftest import EddyProcess
-from playwright.sync_api import ConsoleMessage, Page, Request, Route, expect, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    ConsoleMessage,
+    Page,
+    Request,
+    Route,
+    expect,
+    sync_playwright,
+)
 
 from eddy.connect.progress import Snapshot
 from eddy.connect.status_reporter import StatusReporter
@@ -40,6 +52,15 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 AVRO_SCHEMA = json.dumps({"type": "record", "name": "Payment", "fields": [
     {"name": "id", "type": "long"}, {"name": "payer", "type": "string"},
     {"name": "tags", "type": {"type": "array", "items": "string"}}]})
+JSON_SCHEMA = json.dumps({"$schema": "http://json-schema.org/draft-07/schema#",
+                          "title": "Shipment", "type": "object", "properties": {
+                              "parcel": {"type": "string"}, "grams": {"type": "integer"}}})
+#: the pages a phone is shown: name, path
+PAGES = (("overview", "/"), ("raft", "/console/raft"), ("topics", "/console/topics"),
+         ("topic", "/console/topics/orders"),
+         ("messages", "/console/messages?topic=payments&partition=0&offset=0"),
+         ("groups", "/console/groups"), ("transactions", "/console/transactions"),
+         ("pipelines", "/console/pipelines"), ("metrics", "/console/metrics"))
 #: committed offsets of the group "billing" on orders-0/1/2 (10 records each): lag 0+6+10
 COMMITTED = {0: 10, 1: 4, 2: 0}
 
@@ -83,12 +104,21 @@ def _seed(bootstrap: str, registry: str) -> Consumer:
                                        NewTopic("payments", 1, 1)]).values():
         future.result(20)
     _produce(bootstrap, "orders", 30)
-    serializer = AvroSerializer(SchemaRegistryClient({"url": registry}), AVRO_SCHEMA)
+    client = SchemaRegistryClient({"url": registry})
+    serializer = AvroSerializer(client, AVRO_SCHEMA)
     value = serializer({"id": 4242, "payer": "zoë", "tags": ["card", "eu"]},
                        SerializationContext("payments", MessageField.VALUE))
     producer = Producer({"bootstrap.servers": bootstrap})
     producer.produce("payments", key=b"p1", value=value)
     producer.produce("payments", key=b"p2", value=b"\x00\xff\xfe not avro")
+    # a JSON Schema value (schema id 2) beside the Avro ones, framed as Confluent's
+    # JSONSerializer frames it (its subject named by the record: "Shipment")
+    shipments = JSONSerializer(JSON_SCHEMA, client, conf={
+        "subject.name.strategy": record_subject_name_strategy})
+    shipment = shipments({"parcel": "box-7", "grams": 1250},
+                         SerializationContext("payments", MessageField.VALUE))
+    assert shipment is not None and shipment[:5] == b"\x00\x00\x00\x00\x02"
+    producer.produce("payments", key=b"p3", value=shipment)
     assert producer.flush(20) == 0
     for txn_id, commit in (("txn-done", True), ("txn-open", False)):
         txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
@@ -125,6 +155,16 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             consumer.close()
     finally:
         proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=OFFLINE_FLAGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
 
 
 def _get(url: str) -> tuple[int, str, Any]:
@@ -165,102 +205,179 @@ class Watch:
             route.abort()
 
 
-def _visit(page: Page, base: str, path: str, shot: str) -> None:
+def _open(page: Page, base: str, path: str) -> None:
     page.goto(base + path, wait_until="load")
     if page.locator("section.live").count():  # a live page: wait for its first refresh
         expect(page.locator("body[data-updated]")).to_have_count(1, timeout=10_000)
+
+
+def _visit(page: Page, base: str, path: str, shot: str) -> None:
+    _open(page, base, path)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"console-{shot}.png"), full_page=True)
 
 
-def test_console_pages_in_a_browser(node: dict[str, Any]) -> None:
+def test_console_pages_in_a_browser(node: dict[str, Any], browser: Browser) -> None:
     base = node["admin"]
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=OFFLINE_FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            watch = Watch(page, base)
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        watch = Watch(page, base)
 
-            _visit(page, base, "/", "overview")
-            expect(page.locator(".card .v[data-path=health]")).to_have_text("ready")
-            expect(page.locator("table[data-rows=brokers] tbody tr")).to_have_count(1)
-            expect(page.locator("table[data-rows=brokers] tbody")).to_contain_text("live")
+        _visit(page, base, "/", "overview")
+        expect(page.locator(".card .v[data-path=health]")).to_have_text("ready")
+        expect(page.locator("table[data-rows=brokers] tbody tr")).to_have_count(1)
+        expect(page.locator("table[data-rows=brokers] tbody")).to_contain_text("live")
+        # this node's roles: its config's (a cluster of one) and the registry it runs
+        expect(page.locator("table[data-rows=brokers] tbody td:nth-child(2)")).to_have_text(
+            "broker, controller, registry")
 
-            _visit(page, base, "/console/raft", "raft")
-            expect(page.locator("table[data-rows=groups]")).to_contain_text("metadata")
+        _visit(page, base, "/console/raft", "raft")
+        expect(page.locator("table[data-rows=groups]")).to_contain_text("metadata")
 
-            _visit(page, base, "/console/topics", "topics")
-            orders = page.locator("table[data-rows=topics] tbody tr", has_text="orders")
-            expect(orders.locator("td:nth-child(6)")).to_have_text("30")
-            page.evaluate("window.notReloaded = true")
-            _produce(node["bootstrap"], "orders", 6, partition=1, start=30)
-            expect(orders.locator("td:nth-child(6)")).to_have_text("36", timeout=10_000)
-            assert page.evaluate("window.notReloaded") is True
+        _visit(page, base, "/console/topics", "topics")
+        orders = page.locator("table[data-rows=topics] tbody tr", has_text="orders")
+        expect(orders.locator("td:nth-child(6)")).to_have_text("30")
+        # numeric headers sit right-aligned over their numbers, text headers left
+        align = page.evaluate("""() => Array.from(
+            document.querySelectorAll('table[data-rows=topics] th'),
+            th => th.dataset.t + ':' + getComputedStyle(th).textAlign).join(' ')""")
+        assert align == ("link:left bool:left num:right num:right num:right num:right "
+                         "bytes:right rate:right brate:right"), align
+        page.evaluate("window.notReloaded = true")
+        _produce(node["bootstrap"], "orders", 6, partition=1, start=30)
+        expect(orders.locator("td:nth-child(6)")).to_have_text("36", timeout=10_000)
+        assert page.evaluate("window.notReloaded") is True
 
-            _visit(page, base, "/console/topics/orders", "topic")
-            expect(page.locator("table[data-rows=partitions] tbody tr")).to_have_count(3)
-            expect(page.locator("table[data-rows=configs]")).to_contain_text("retention.ms")
+        _visit(page, base, "/console/topics/orders", "topic")
+        expect(page.locator("table[data-rows=partitions] tbody tr")).to_have_count(3)
+        expect(page.locator("table[data-rows=configs]")).to_contain_text("retention.ms")
 
-            _visit(page, base, "/console/groups", "groups")
-            billing = page.locator("table[data-rows=groups] tbody tr", has_text="billing")
-            expect(billing.locator("td:nth-child(6)")).to_have_text("22")  # 0 + 12 + 10
-            expect(billing.locator("svg.spark polyline")).to_have_count(1)
-            lag1 = page.locator("table[data-rows=partitions] tbody tr",
-                                has_text="orders").nth(1)
-            expect(lag1.locator("td:nth-child(6)")).to_have_text("12")
-            expect(lag1.locator(".dot.behind")).to_have_count(1)
-            expect(page.locator("table[data-rows=members]")).to_contain_text("billing-app")
-            expect(page.locator("table[data-rows=members]")).to_contain_text("orders: ")
-            page.evaluate("window.notReloaded = true")
-            _produce(node["bootstrap"], "orders", 5, partition=1, start=40)
-            expect(billing.locator("td:nth-child(6)")).to_have_text("27", timeout=10_000)
-            expect(lag1.locator("td:nth-child(6)")).to_have_text("17")
-            assert page.evaluate("window.notReloaded") is True
+        _visit(page, base, "/console/groups", "groups")
+        billing = page.locator("table[data-rows=groups] tbody tr", has_text="billing")
+        expect(billing.locator("td:nth-child(6)")).to_have_text("22")  # 0 + 12 + 10
+        expect(billing.locator("svg.spark polyline")).to_have_count(1)
+        lag1 = page.locator("table[data-rows=partitions] tbody tr",
+                            has_text="orders").nth(1)
+        expect(lag1.locator("td:nth-child(6)")).to_have_text("12")
+        expect(lag1.locator(".dot.behind")).to_have_count(1)
+        expect(page.locator("table[data-rows=members]")).to_contain_text("billing-app")
+        expect(page.locator("table[data-rows=members]")).to_contain_text("orders: ")
+        page.evaluate("window.notReloaded = true")
+        _produce(node["bootstrap"], "orders", 5, partition=1, start=40)
+        expect(billing.locator("td:nth-child(6)")).to_have_text("27", timeout=10_000)
+        expect(lag1.locator("td:nth-child(6)")).to_have_text("17")
+        assert page.evaluate("window.notReloaded") is True
 
-            _visit(page, base, "/console/messages?topic=payments&partition=0&offset=0",
-                   "messages")
-            records = page.locator("table[data-rows=records] tbody")
-            expect(records).to_contain_text("avro #1")
-            expect(records).to_contain_text('"payer": "zoë"')
-            expect(records).to_contain_text('"tags": ["card", "eu"]')
-            expect(records).to_contain_text("hex")  # the value that only looks framed
-            expect(records.locator("tr", has_text="txn-open")).to_contain_text("transactional")
+        _visit(page, base, "/console/messages?topic=payments&partition=0&offset=0",
+               "messages")
+        records = page.locator("table[data-rows=records] tbody")
+        expect(records).to_contain_text("avro #1")
+        expect(records).to_contain_text('"payer": "zoë"')
+        expect(records).to_contain_text('"tags": ["card", "eu"]')
+        expect(records).to_contain_text("hex")  # the value that only looks framed
+        shipment = records.locator("tr", has_text="json #2")  # JSON Schema, decoded
+        expect(shipment).to_contain_text('{"parcel": "box-7", "grams": 1250}')
+        expect(records.locator("tr", has_text="txn-open")).to_contain_text("transactional")
 
-            _visit(page, base, "/console/messages?topic=orders&partition=1", "messages-tail")
-            expect(page.locator("table[data-rows=records] tbody")).to_contain_text("order 44")
-            expect(page.locator("table[data-rows=records] tbody")).to_contain_text(
-                "source=console-test")
+        _visit(page, base, "/console/messages?topic=orders&partition=1", "messages-tail")
+        expect(page.locator("table[data-rows=records] tbody")).to_contain_text("order 44")
+        expect(page.locator("table[data-rows=records] tbody")).to_contain_text(
+            "source=console-test")
 
-            _visit(page, base, "/console/transactions", "transactions")
-            txns = page.locator("table[data-rows=transactions] tbody")
-            expect(txns.locator("tr", has_text="txn-open")).to_contain_text("Ongoing")
-            expect(txns.locator("tr", has_text="txn-done")).to_contain_text("CompleteCommit")
+        _visit(page, base, "/console/transactions", "transactions")
+        txns = page.locator("table[data-rows=transactions] tbody")
+        expect(txns.locator("tr", has_text="txn-open")).to_contain_text("Ongoing")
+        expect(txns.locator("tr", has_text="txn-done")).to_contain_text("CompleteCommit")
 
-            # a pipeline reports as `eddy connect run` does; the page follows it live
-            clock = [time.time()]
-            reporter = StatusReporter(node["bootstrap"], "orders-lake", clock=lambda: clock[0])
-            reporter.report(Snapshot(0, 40, 0.0, 400.0, 100, {"orders/0": 5}, 40, 1))
-            _visit(page, base, "/console/pipelines", "pipelines")
-            report = page.locator("table[data-rows=reports] tbody tr", has_text="orders-lake")
-            expect(report.locator("td:nth-child(5)")).to_have_text("40", timeout=10_000)
-            expect(report.locator("td:nth-child(2)")).to_have_text("running")
-            expect(report.locator("td:nth-child(6)")).to_contain_text("5")
-            page.evaluate("window.notReloaded = true")
-            clock[0] += 2
-            reporter.report(Snapshot(1, 50, 0.0, 500.0, 100, {"orders/0": 0}, 90, 1))
-            reporter.close("stopped")
-            expect(report.locator("td:nth-child(5)")).to_have_text("90", timeout=10_000)
-            expect(report.locator("td:nth-child(2)")).to_have_text("stopped")
-            assert page.evaluate("window.notReloaded") is True
+        # a pipeline reports as `eddy connect run` does; the page follows it live
+        clock = [time.time()]
+        reporter = StatusReporter(node["bootstrap"], "orders-lake", clock=lambda: clock[0])
+        reporter.report(Snapshot(0, 40, 0.0, 400.0, 100, {"orders/0": 5}, 40, 1))
+        _visit(page, base, "/console/pipelines", "pipelines")
+        report = page.locator("table[data-rows=reports] tbody tr", has_text="orders-lake")
+        expect(report.locator("td:nth-child(5)")).to_have_text("40", timeout=10_000)
+        expect(report.locator("td:nth-child(2)")).to_have_text("running")
+        expect(report.locator("td:nth-child(6)")).to_contain_text("5")
+        page.evaluate("window.notReloaded = true")
+        clock[0] += 2
+        reporter.report(Snapshot(1, 50, 0.0, 500.0, 100, {"orders/0": 0}, 90, 1))
+        reporter.close("stopped")
+        expect(report.locator("td:nth-child(5)")).to_have_text("90", timeout=10_000)
+        expect(report.locator("td:nth-child(2)")).to_have_text("stopped")
+        assert page.evaluate("window.notReloaded") is True
 
-            _visit(page, base, "/console/metrics", "metrics")
-            expect(page.locator("figure.chart")).to_have_count(3)
-            line = page.locator("figure.chart polyline.s0").first
-            expect(line).to_have_attribute("points", re.compile(r"\S+ \S+"), timeout=10_000)
+        _visit(page, base, "/console/metrics", "metrics")
+        expect(page.locator("figure.chart")).to_have_count(3)
+        line = page.locator("figure.chart polyline.s0").first
+        expect(line).to_have_attribute("points", re.compile(r"\S+ \S+"), timeout=10_000)
 
-            assert watch.problems == []
-        finally:
-            browser.close()
+        assert watch.problems == []
+    finally:
+        page.close()
+
+
+def test_every_page_fits_a_phone(node: dict[str, Any], browser: Browser) -> None:
+    """At 390x844 (a phone held upright) no page is wider than the screen: wide tables
+    scroll inside their own box, the header and the cards wrap."""
+    base = node["admin"]
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    try:
+        watch = Watch(page, base)
+        widths = {}
+        for name, path in PAGES:
+            _visit(page, base, path, f"{name}-phone")
+            widths[name] = page.evaluate(
+                "[document.documentElement.scrollWidth, window.innerWidth]")
+            if name == "messages":  # its records table is wider: it scrolls in its box
+                box = page.locator("div.scroll", has=page.locator("table[data-rows=records]"))
+                assert box.evaluate("b => b.scrollWidth > b.clientWidth")
+        assert {n: w for n, w in widths.items() if w[0] > w[1] or w[1] != 390} == {}, widths
+        assert watch.problems == []
+    finally:
+        page.close()
+
+
+def test_a_failed_refresh_is_shown_until_refreshing_works(
+        tmp_path: Path, browser: Browser) -> None:
+    """A node of its own: the page names a JSON error's status and message (the browsed
+    topic deleted), that the node cannot be reached (stopped), and clears the banner once
+    the node answers again (restarted on the same port)."""
+    proc = EddyProcess(tmp_path / "data", ["--set", "admin.listener=127.0.0.1:0"]).start()
+    page = browser.new_page(viewport={"width": 1000, "height": 700})
+    try:
+        admin = _stdout_urls(proc, ("ADMIN",))["ADMIN"]
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        admin_client = AdminClient({"bootstrap.servers": proc.bootstrap})
+        admin_client.create_topics([NewTopic("brief", 1, 1)])["brief"].result(20)
+        _produce(proc.bootstrap, "brief", 2, partition=0)
+        banner = page.locator("#problem")
+
+        _open(page, admin, "/console/messages?topic=brief&partition=0")
+        expect(banner).to_be_hidden()
+        admin_client.delete_topics(["brief"])["brief"].result(20)
+        expect(banner).to_be_visible(timeout=10_000)
+        expect(banner).to_contain_text("Live updates failed")
+        expect(banner).to_contain_text("HTTP 404 Not Found from /console/api/messages?")
+        expect(banner).to_contain_text("topic 'brief' does not exist")
+        expect(page.locator("#live.off")).to_have_count(1)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "console-error-http.png"))
+
+        _open(page, admin, "/console/topics")
+        expect(banner).to_be_hidden()
+        port = urllib.parse.urlsplit(admin).port
+        proc.kill()  # the node goes away at once
+        expect(banner).to_contain_text("cannot reach the node", timeout=10_000)
+        page.screenshot(path=str(ARTIFACTS / "console-error-unreachable.png"))
+        proc.extra_args = ["--set", f"admin.listener=127.0.0.1:{port}"]
+        proc.start()
+        expect(banner).to_be_hidden(timeout=15_000)
+        expect(page.locator("#live.on")).to_have_count(1)
+        assert errors == []
+    finally:
+        page.close()
+        proc.kill()
 
 
 def test_hostile_queries_answer_json_errors(node: dict[str, Any]) -> None:
@@ -319,7 +436,7 @@ def test_assignment_and_schema_checks_bound_hostile_bytes() -> None:
 
     import fastavro
 
-    from eddy.observe.console.decode import SchemaLookup, _bounded, show_bytes
+    from eddy.observe.console.decode_avro import bounded as _bounded
     from eddy.observe.console.groups import decode_assignment
 
     good = struct.pack(">hi", 0, 1) + struct.pack(">h", 6) + b"orders" + struct.pack(
@@ -342,7 +459,4 @@ def test_assignment_and_schema_checks_bound_hostile_bytes() -> None:
     assert not _bounded(parsed({"type": "record", "name": "Node", "fields": [
         {"name": "next", "type": ["null", "Node"]}]}), {})
 
-    # a framed value whose id the registry does not know, with no registry: shown raw
-    shown = show_bytes(b"\x00\x00\x00\x00\x07\xff", {7: SchemaLookup(None).get(7)})
-    assert (shown.format, shown.schema_id) == ("hex", 7)
-    assert "no schema registry" in shown.note
+    # (framed values of every format: tests/unit/test_console_decode.py)

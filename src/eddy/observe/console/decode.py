@@ -1,25 +1,30 @@
-"""How the message browser shows a key or a value: Avro decoded to JSON when it is in
+"""How the message browser shows a key or a value: decoded to JSON when it is in
 Confluent's wire format (magic byte 0, a 4-byte schema id) and the node's registry knows
-the id as an Avro schema; else UTF-8 text when it is; else hex. Shown values are cut at
-``SHOWN_BYTES`` (the full size is reported).
+the id, as Avro (:mod:`decode_avro`), JSON Schema (the JSON text follows the frame) or
+Protobuf (:mod:`decode_proto`: message indexes, then the message); else UTF-8 text when it
+is; else hex. Shown values are cut at ``SHOWN_BYTES`` (the full size is reported).
 
-Decoding runs on a worker thread (``decode_fields``), with the schemas looked up on the
-event loop beforehand (``SchemaLookup``). Work is bounded by the value's bytes: a schema
-whose arrays or maps may hold items that take no bytes (a hostile count could make the
-decoder loop for ever on an empty value) is not decoded, the raw bytes are shown instead.
+Schemas are looked up on the event loop (the registry's state lives there) and loaded on a
+worker thread (``SchemaLookup.resolve``: parsing a Protobuf schema is CPU work); values
+are decoded on a worker thread (``show_bytes``). A value that does not decode is shown raw,
+with the reason; no decoding error escapes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import codecs
-import io
 import json
 import logging
+import re
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-import fastavro
+from eddy.observe.console import decode_avro, decode_proto
+from eddy.observe.console.decode_proto import NotDecoded
+from eddy.registry.formats import AVRO, JSON, PROTOBUF
 
 if TYPE_CHECKING:
     from eddy.registry.role import RegistryRole
@@ -28,22 +33,38 @@ log = logging.getLogger("eddy.console")
 
 #: bytes of a key or value shown (text or hex); the rest is cut, its size reported
 SHOWN_BYTES = 4096
-#: parsed Avro schemas kept (by id)
+#: loaded schemas kept (by id)
 SCHEMA_CACHE = 64
-_MAX_SCHEMA_DEPTH = 64
-_PRIMITIVE_WIDTH = {"null": 0, "boolean": 1, "int": 1, "long": 1, "float": 4, "double": 8,
-                    "bytes": 1, "string": 1}
+#: JSON values nested deeper than this are not decoded (the parser recurses)
+MAX_JSON_DEPTH = 200
+_JSON_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+
+
+class ValueDecoder(Protocol):
+    """Decodes a framed value's payload (what follows the 5-byte frame) to JSON text."""
+
+    label: str
+
+    def decode(self, payload: bytes) -> tuple[str, str]:
+        """(JSON text, a detail such as the message type or ""); raises when it cannot."""
+        ...
+
+
+#: (decoder or None, why not) for a schema id
+Found = tuple[ValueDecoder | None, str]
 
 
 @dataclass(frozen=True, slots=True)
 class Shown:
-    """A key or value as the browser shows it: ``format`` is null, avro, utf8 or hex."""
+    """A key or value as the browser shows it: ``format`` is null, avro, json, protobuf,
+    utf8 or hex; ``detail`` names the decoded type when there is one."""
 
     format: str
     text: str | None
     size: int
     schema_id: int | None = None
     note: str = ""
+    detail: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"format": self.format, "text": self.text, "size": self.size}
@@ -51,6 +72,8 @@ class Shown:
             out["schema_id"] = self.schema_id
         if self.note:
             out["note"] = self.note
+        if self.detail:
+            out["detail"] = self.detail
         return out
 
 
@@ -61,94 +84,60 @@ def framed_id(data: bytes | None) -> int | None:
     return int.from_bytes(data[1:5], "big")
 
 
-def _zero_width(schema: Any, named: dict[str, Any], seen: frozenset[str], depth: int) -> bool:
-    """Whether a value of ``schema`` (fastavro's parsed form) may take no bytes."""
-    if depth > _MAX_SCHEMA_DEPTH:
-        return True  # too deep to tell: treat as unsafe
-    if isinstance(schema, str):
-        if schema in _PRIMITIVE_WIDTH:
-            return _PRIMITIVE_WIDTH[schema] == 0
-        if schema in seen:
-            return False  # a recursive reference: the enclosing type decides
-        target = named.get(schema)
-        return target is None or _zero_width(target, named, seen | {schema}, depth + 1)
-    if isinstance(schema, list):
-        return False  # a union reads its branch index: at least one byte
-    if not isinstance(schema, dict):
-        return True
-    kind = schema.get("type")
-    name = schema.get("name")
-    if isinstance(name, str):
-        named[name] = schema
-        seen = seen | {name}
-    if kind == "record" or kind == "error":
-        fields = schema.get("fields") or []
-        return all(_zero_width(f.get("type"), named, seen, depth + 1) for f in fields)
-    if kind == "fixed":
-        return int(schema.get("size", 0)) == 0
-    if kind == "enum":
-        return len(schema.get("symbols") or []) <= 1
-    if kind in ("array", "map"):
-        return False  # reads a block count: at least one byte
-    return _zero_width(kind, named, seen, depth + 1)
+class JsonDecoder:
+    """JSON Schema values: the payload is the JSON text (UTF-8), re-printed."""
 
+    label = "json"
 
-def _bounded(schema: Any, named: dict[str, Any], path: frozenset[str] = frozenset(),
-             depth: int = 0) -> bool:
-    """Whether decoding ``schema`` costs at most about its input's bytes: every array item
-    takes at least one byte, and no type contains itself (a recursive schema could nest
-    as deep as the value is long, past the decoder's stack)."""
-    if depth > _MAX_SCHEMA_DEPTH:
-        return False
-    if isinstance(schema, str):
-        if schema in path:
-            return False
-        target = named.get(schema)
-        return target is None or _bounded(target, named, path, depth + 1)
-    if isinstance(schema, list):
-        return all(_bounded(s, named, path, depth + 1) for s in schema)
-    if not isinstance(schema, dict):
-        return True
-    name = schema.get("name")
-    if isinstance(name, str):
-        named[name] = schema
-        path = path | {name}
-    kind = schema.get("type")
-    if kind in ("array", "map"):
-        items = schema.get("items") if kind == "array" else schema.get("values")
-        # a map entry also reads its key (a string: at least one byte)
-        if kind == "array" and _zero_width(items, dict(named), frozenset(), 0):
-            return False
-        return _bounded(items, named, path, depth + 1)
-    if kind in ("record", "error"):
-        return all(_bounded(f.get("type"), named, path, depth + 1)
-                   for f in schema.get("fields") or [])
-    if isinstance(kind, dict | list):
-        return _bounded(kind, named, path, depth + 1)
-    return True
+    def decode(self, payload: bytes) -> tuple[str, str]:
+        depth = 0
+        for m in _JSON_TOKENS.finditer(payload):
+            tok = m.group()
+            if tok in (b"[", b"{"):
+                depth += 1
+                if depth > MAX_JSON_DEPTH:
+                    raise NotDecoded(f"JSON nested deeper than {MAX_JSON_DEPTH}")
+            elif tok in (b"]", b"}"):
+                depth -= 1
+        try:
+            value = json.loads(payload.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise NotDecoded("not UTF-8") from None
+        except ValueError as exc:
+            raise NotDecoded(f"not JSON: {str(exc)[:120]}") from None
+        return json.dumps(value, ensure_ascii=False), ""
 
 
 class SchemaLookup:
-    """Avro schemas by id from the node's registry, parsed once, a bounded number kept."""
+    """Decoders by schema id from the node's registry, loaded once, a bounded number kept.
+    Used on the event loop."""
 
     def __init__(self, registry: RegistryRole | None) -> None:
         self._registry = registry
-        self._parsed: OrderedDict[int, tuple[Any, str]] = OrderedDict()
+        self._loaded: OrderedDict[int, Found] = OrderedDict()
 
-    def get(self, schema_id: int) -> tuple[Any, str]:
-        """(parsed schema or None, why not) for ``schema_id``; on the event loop."""
-        cached = self._parsed.get(schema_id)
-        if cached is not None:
-            self._parsed.move_to_end(schema_id)
-            return cached
-        found = self._lookup(schema_id)
-        if found[0] is not None or found[1] != "registry not ready":
-            self._parsed[schema_id] = found
-            if len(self._parsed) > SCHEMA_CACHE:
-                self._parsed.popitem(last=False)
-        return found
+    async def resolve(self, ids: Iterable[int]) -> dict[int, Found]:
+        """(decoder or None, why not) for each of ``ids``."""
+        loop = asyncio.get_running_loop()
+        out: dict[int, Found] = {}
+        for schema_id in ids:
+            cached = self._loaded.get(schema_id)
+            if cached is not None:
+                self._loaded.move_to_end(schema_id)
+                out[schema_id] = cached
+                continue
+            job = self._job(schema_id)
+            found = await loop.run_in_executor(None, job) if callable(job) else job
+            if found[0] is not None or found[1] != "registry not ready":
+                self._loaded[schema_id] = found
+                if len(self._loaded) > SCHEMA_CACHE:
+                    self._loaded.popitem(last=False)
+            out[schema_id] = found
+        return out
 
-    def _lookup(self, schema_id: int) -> tuple[Any, str]:
+    def _job(self, schema_id: int) -> Found | Callable[[], Found]:
+        """What the registry says of the id (read on the loop): the answer, or the work
+        that loads its schema (run on a worker thread)."""
         registry = self._registry
         if registry is None:
             return None, "no schema registry on this node"
@@ -157,35 +146,42 @@ class SchemaLookup:
         entry = registry.service.state.schema_by_id(schema_id)
         if entry is None:
             return None, f"schema id {schema_id} is not registered"
-        if entry.schema_type != "AVRO":
-            return None, f"schema id {schema_id} is {entry.schema_type}, not decoded here"
-        if entry.references:
-            return None, f"schema id {schema_id} has references, not decoded here"
-        try:
-            parsed = fastavro.parse_schema(json.loads(entry.schema))
-        except Exception as exc:  # the registry checked it; still, never fail the page
-            return None, f"schema id {schema_id} does not parse: {exc}"
-        if not _bounded(parsed, {}):
-            return None, (f"schema id {schema_id} is recursive or has arrays of items that "
-                          "take no bytes: not decoded here")
-        return parsed, ""
+        text = entry.schema
+        if entry.schema_type == JSON:
+            return JsonDecoder(), ""
+        if entry.schema_type == AVRO:
+            if entry.references:
+                return None, f"schema id {schema_id} (Avro) has references, not decoded here"
+            return lambda: decode_avro.load(schema_id, text)
+        if entry.schema_type == PROTOBUF:
+            try:
+                refs = registry.service.parser.referenced_texts(text, PROTOBUF,
+                                                                entry.references)
+            except Exception as exc:
+                return None, f"schema id {schema_id}: references: {str(exc)[:200]}"
+            return lambda: decode_proto.load(schema_id, text, refs)
+        return None, f"schema id {schema_id} is {entry.schema_type[:20]}, not decoded here"
 
 
-def show_bytes(data: bytes | None, schemas: dict[int, tuple[Any, str]]) -> Shown:
-    """``data`` as shown; ``schemas``: the schema lookups done on the loop. Thread-safe."""
+def show_bytes(data: bytes | None, schemas: dict[int, Found]) -> Shown:
+    """``data`` as shown; ``schemas``: the lookups done on the loop. Thread-safe, and never
+    raises on any bytes."""
     if data is None:
         return Shown("null", None, 0)
     schema_id = framed_id(data)
     note = ""
     if schema_id is not None and schema_id in schemas:
-        parsed, why = schemas[schema_id]
-        if parsed is not None:
+        decoder, why = schemas[schema_id]
+        if decoder is not None:
             try:
-                decoded = fastavro.schemaless_reader(io.BytesIO(data[5:]), parsed, None)
-                text = json.dumps(decoded, default=_jsonable, ensure_ascii=False)
-                return Shown("avro", _cut_text(text), len(data), schema_id)
-            except Exception as exc:
-                note = f"schema id {schema_id}: does not decode ({type(exc).__name__})"
+                text, detail = decoder.decode(data[5:])
+                return Shown(decoder.label, _cut_text(text), len(data), schema_id,
+                             detail=detail)
+            except NotDecoded as exc:
+                note = f"schema id {schema_id}: not {decoder.label}: {exc}"
+            except Exception as exc:  # whatever a decoder raises on hostile bytes
+                note = (f"schema id {schema_id}: does not decode as {decoder.label} "
+                        f"({type(exc).__name__}: {str(exc)[:120]})")
         else:
             note = why
     cut = data[:SHOWN_BYTES]
@@ -200,9 +196,3 @@ def show_bytes(data: bytes | None, schemas: dict[int, tuple[Any, str]]) -> Shown
 
 def _cut_text(text: str) -> str:
     return text if len(text) <= SHOWN_BYTES else text[:SHOWN_BYTES] + "…"
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bytes | bytearray):
-        return value.hex()
-    return str(value)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from eddy.cluster.metadata.records import NO_LEADER
 from eddy.log.config import TOPIC_CONFIGS, TopicConfig
 from eddy.log.manager import INTERNAL_TOPICS
+from eddy.mesh.directory import ALIVE
 from eddy.observe.console.params import ParamError
 from eddy.observe.console.sampler import Sampler
 from eddy.observe.pipeline_status import STATUS_TOPIC
@@ -44,12 +45,14 @@ def overview(node: Node, readiness: Readiness) -> dict[str, Any]:
     now_ms = broker.clock.now_ms()
     brokers: list[dict[str, Any]] = []
     under = offline = partitions = 0
+    announced = _announced_roles(node)
     if cluster is not None:
         state = cluster.state
         for b in state.all_brokers()[:MAX_ROWS]:
             brokers.append({
                 "node_id": b.node_id, "rack": b.rack or "", "kafka_addr": b.kafka_addr,
-                "live": not b.fenced, "epoch": b.epoch,
+                "roles": _roles(node, b.node_id, announced), "live": not b.fenced,
+                "epoch": b.epoch,
                 "this_node": b.node_id == node.config.node_id,
                 "heartbeat_age_s": round(max(0, now_ms - b.last_heartbeat_ms) / 1000, 1)
                 if b.last_heartbeat_ms > 0 else None,
@@ -64,8 +67,10 @@ def overview(node: Node, readiness: Readiness) -> dict[str, Any]:
         cluster_id, controller = cluster.cluster_id, cluster.controller_id
     else:
         brokers.append({"node_id": broker.node_id, "rack": node.config.broker_rack or "",
-                        "kafka_addr": f"{broker.host}:{broker.port}", "live": True,
+                        "kafka_addr": f"{broker.host}:{broker.port}",
+                        "roles": _roles(node, broker.node_id, announced), "live": True,
                         "epoch": None, "this_node": True, "heartbeat_age_s": None})
+        brokers += _mesh_peers(node, announced, now_ms)
         partitions = sum(1 for _ in broker.logs.all_partitions())
         cluster_id, controller = broker.cluster_id, broker.node_id
     return {
@@ -82,6 +87,50 @@ def overview(node: Node, readiness: Readiness) -> dict[str, Any]:
         "registry": node.registry.url if node.registry is not None else "",
         "time_ms": now_ms,
     }
+
+
+def _announced_roles(node: Node) -> dict[int, tuple[str, ...]]:
+    """The roles each node of the mesh announced in its Hello (none without a mesh)."""
+    if node.mesh is None:
+        return {}
+    return {m.info.kafka_node_id: m.info.roles for m in node.mesh.directory.alive()}
+
+
+def _roles(node: Node, node_id: int, announced: dict[int, tuple[str, ...]]) -> str:
+    """What this node knows of another's roles: its own config for itself; else a
+    registered broker, a controller when it is a voter of controller.quorum.voters, and
+    what it announced on the mesh."""
+    if node_id == node.config.node_id:
+        roles = set(node.config.roles)
+    else:
+        roles = {"broker"} | set(announced.get(node_id, ()))
+        if node_id in node.config.quorum_voters:
+            roles.add("controller")
+    if node_id == node.config.node_id and node.registry is not None:
+        roles.add("registry")
+    return ", ".join(sorted(roles))
+
+
+def _mesh_peers(node: Node, announced: dict[int, tuple[str, ...]], now_ms: int
+                ) -> list[dict[str, Any]]:
+    """The other nodes of the mesh (brokers and gateways) of a node outside a cluster, as
+    their Hellos describe them."""
+    if node.mesh is None:
+        return []
+    rows = []
+    for m in node.mesh.directory.alive()[:MAX_ROWS]:
+        info = m.info
+        if info.kafka_node_id == node.config.node_id:
+            continue
+        rows.append({
+            "node_id": info.kafka_node_id, "rack": info.rack or "",
+            "kafka_addr": info.kafka_addr,
+            "roles": ", ".join(sorted(announced.get(info.kafka_node_id, info.roles))),
+            "live": m.state == ALIVE, "epoch": None, "this_node": False,
+            "heartbeat_age_s": round(max(0, now_ms - m.last_seen_ms) / 1000, 1)
+            if m.last_seen_ms > 0 else None,
+        })
+    return sorted(rows, key=lambda r: r["node_id"])
 
 
 def raft(node: Node) -> dict[str, Any]:

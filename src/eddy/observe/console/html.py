@@ -133,8 +133,10 @@ def table(rows_key: str, cols: Sequence[Col], rows: Iterable[dict[str, Any]],
                    + (f' data-href="{attr(c.href)}"' if c.href else "")
                    + f">{escape(c.label)}</th>" for c in cols)
     body = "".join("<tr>" + "".join(cell(c, r) for c in cols) + "</tr>" for r in rows)
-    return (f'<table class="grid" data-rows="{attr(rows_key)}" data-empty="{attr(empty)}">'
-            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    # the wrapper scrolls a table wider than the screen sideways, not the whole page
+    return (f'<div class="scroll"><table class="grid" data-rows="{attr(rows_key)}" '
+            f'data-empty="{attr(empty)}">'
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
             f'<p class="empty" data-empty-for="{attr(rows_key)}"'
             f'{"" if not body else " hidden"}>{escape(empty)}</p>')
 
@@ -187,6 +189,9 @@ def page(title: str, active: str, body: str, node_label: str) -> str:
         f'<header><span class="brand">Eddy</span><nav>{nav}</nav>'
         f'<span class="node">{escape(node_label)} <span class="pulse" id="live" '
         'title="live updates">●</span></span></header>'
+        # what went wrong with the last refresh (console.js fills it, and hides it again
+        # once every refresh works)
+        '<div class="problem" id="problem" role="alert" hidden></div>'
         f"<main><h1>{escape(title)}</h1>{body}</main></body></html>")
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from eddy.log.partition import FetchSlice
 from eddy.observe.console import params
-from eddy.observe.console.decode import SchemaLookup, Shown, framed_id, show_bytes
+from eddy.observe.console.decode import Found, SchemaLookup, Shown, framed_id, show_bytes
 from eddy.observe.console.params import ParamError
 from eddy.protocol.errors import KafkaError
 from eddy.protocol.record_batch import HEADER_SIZE, parse_header
@@ -32,6 +32,8 @@ MAX_READ_BYTES = 1 << 20
 MAX_CONCURRENT = 2
 #: header values shown at most this long (bytes)
 SHOWN_HEADER_BYTES = 256
+#: schemas one request looks up at most (the values of others are shown raw)
+MAX_SCHEMAS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +102,7 @@ class MessageBrowser:
             decoded = await self._read(plog, first, hwm, q.limit, target_ts)
             ids = {i for r in decoded.records for i in (framed_id(r.key), framed_id(r.value))
                    if i is not None}
-            schemas = {i: self._schemas.get(i) for i in sorted(ids)[:16]}
+            schemas = await self._schemas.resolve(sorted(ids)[:MAX_SCHEMAS])
             loop = asyncio.get_running_loop()
             rows = await loop.run_in_executor(None, _rows, decoded, schemas)
         out.update(next_offset=decoded.next_offset, records=rows, notes=decoded.notes)
@@ -166,7 +168,7 @@ def _decode(got: FetchSlice | bytes, first: int, limit: int, target_ts: int | No
     return out
 
 
-def _rows(decoded: Decoded, schemas: dict[int, tuple[Any, str]]) -> list[dict[str, Any]]:
+def _rows(decoded: Decoded, schemas: dict[int, Found]) -> list[dict[str, Any]]:
     rows = []
     for rec in decoded.records:
         key = show_bytes(rec.key, schemas)
@@ -189,7 +191,11 @@ def _rows(decoded: Decoded, schemas: dict[int, tuple[Any, str]]) -> list[dict[st
 
 
 def _format(shown: Shown) -> str:
-    return f"avro #{shown.schema_id}" if shown.format == "avro" else shown.format
+    """``avro #3``, ``protobuf #4 shop.Order``: the decoded format, schema id and type."""
+    if shown.format in ("avro", "json", "protobuf"):
+        detail = f" {shown.detail}" if shown.detail else ""
+        return f"{shown.format} #{shown.schema_id}{detail}"
+    return shown.format
 
 
 def _header_text(value: bytes | None) -> str:

@@ -28,7 +28,8 @@ def overview(d: dict[str, Any]) -> str:
         _card("Groups", value("groups", d, "num")),
     ))
     brokers = table("brokers", (
-        Col("node_id", "Node", "num"), Col("rack", "Rack"), Col("kafka_addr", "Kafka address"),
+        Col("node_id", "Node", "num"), Col("roles", "Roles"), Col("rack", "Rack"),
+        Col("kafka_addr", "Kafka address"),
         Col("live", "Liveness", "live"), Col("epoch", "Epoch", "num"),
         Col("heartbeat_age_s", "Last heartbeat (s ago)", "num"),
         Col("this_node", "This node", "bool")), d["brokers"])

@@ -153,23 +153,70 @@
     });
     root.querySelectorAll("figure[data-chart]").forEach(function (f) { fillChart(f, data); });
   }
+  // Why a refresh failed, as a person reads it: the HTTP status and reason with the
+  // message of a JSON error body, or that the node cannot be reached.
+  function httpFailure(src, resp) {
+    const head = "HTTP " + resp.status + (resp.statusText ? " " + resp.statusText : "") +
+      " from " + src;
+    return resp.text().then(function (body) {
+      let detail = "";
+      try {
+        const parsed = JSON.parse(body);
+        if (parsed && typeof parsed.error === "string") detail = parsed.error;
+      } catch (e) {
+        detail = body.trim().slice(0, 200);
+      }
+      throw new Error(detail ? head + ": " + detail : head);
+    }, function () { throw new Error(head); });
+  }
+  function refresh(src, regions) {
+    return fetch(src, {headers: {"Accept": "application/json"}, cache: "no-store"})
+      .then(function (resp) {
+        if (!resp.ok) return httpFailure(src, resp);
+        return resp.json().catch(function (e) {
+          throw new Error("the answer of " + src + " is not JSON: " + e.message);
+        });
+      }, function (e) {
+        throw new Error("cannot reach the node (" + location.host + "): " + e.message);
+      })
+      .then(function (data) {
+        try {
+          regions.forEach(function (r) { fill(r, data); });
+        } catch (e) {
+          throw new Error("cannot show the answer of " + src + ": " + e.message);
+        }
+        document.body.dataset.updated = String(Date.now());
+        return "";
+      })
+      .catch(function (e) { return e && e.message ? e.message : String(e); });
+  }
+  let lastGood = Date.now();
+  function report(problems) {
+    const box = document.getElementById("problem");
+    if (!box) return;
+    if (!problems.length) {
+      lastGood = Date.now();
+      box.hidden = true;
+      box.textContent = "";
+      return;
+    }
+    box.textContent = "";
+    box.appendChild(el("strong", "", "Live updates failed"));
+    box.appendChild(el("span", "since", " (the page shows what the node said at " +
+      new Date(lastGood).toLocaleTimeString() + "; still retrying)"));
+    problems.forEach(function (p) { box.appendChild(el("div", "reason", p)); });
+    box.hidden = false;
+  }
   function poll() {
     const regions = document.querySelectorAll("section.live[data-src]");
     const sources = {};
     regions.forEach(function (r) { (sources[r.dataset.src] = sources[r.dataset.src] || []).push(r); });
     const live = document.getElementById("live");
-    const jobs = Object.keys(sources).map(function (src) {
-      return fetch(src, {headers: {"Accept": "application/json"}, cache: "no-store"})
-        .then(function (resp) { return resp.ok ? resp.json() : Promise.reject(resp.status); })
-        .then(function (data) {
-          sources[src].forEach(function (r) { fill(r, data); });
-          document.body.dataset.updated = String(Date.now());
-          return true;
-        })
-        .catch(function () { return false; });
-    });
+    const jobs = Object.keys(sources).map(function (src) { return refresh(src, sources[src]); });
     Promise.all(jobs).then(function (results) {
-      if (live) live.className = "pulse " + (results.every(Boolean) ? "on" : "off");
+      const problems = results.filter(Boolean);
+      if (live) live.className = "pulse " + (problems.length ? "off" : "on");
+      report(problems);
       setTimeout(poll, POLL_MS);
     });
   }
