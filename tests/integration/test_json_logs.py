@@ -28,7 +28,7 @@ def _send_garbage(bootstrap: str) -> None:
 
 
 def test_every_line_is_a_json_object(eddy_factory: Any) -> None:
-    node = eddy_factory("--set", "log.format=json")
+    node = eddy_factory("--set", "log.format=json", "--set", "registry.listener=127.0.0.1:0")
     p = Producer({"bootstrap.servers": node.bootstrap, "linger.ms": 0})
     p.produce("json-logs", b"v")
     assert p.flush(15) == 0

@@ -67,6 +67,10 @@ def _timeout_error(message: str) -> RegistryError:
     return RegistryError(500, OPERATION_TIMEOUT, message)
 
 
+#: where librdkafka's log lines of the registry's clients go
+_KAFKA_LOG = logging.getLogger("eddy.registry.kafka")
+
+
 class KafkaSchemaLog:
     """The registry's records in a compacted one-partition topic (``_schemas``)."""
 
@@ -185,8 +189,9 @@ class KafkaSchemaLog:
         self._loop = None
 
     def _config(self, extra: dict[str, Any]) -> dict[str, Any]:
+        # librdkafka's own lines go through logging (the node's log.format), not to stderr
         return {"bootstrap.servers": self.bootstrap, "client.id": "eddy-registry",
-                **extra, **self._extra}
+                "logger": _KAFKA_LOG, **extra, **self._extra}
 
     # -- the topic -----------------------------------------------------------------------
 
