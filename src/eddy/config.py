@@ -16,51 +16,27 @@ from pydantic import (
     model_validator,
 )
 
+from eddy.cluster.settings import ClusterSettings, parse_quorum_voters
+from eddy.config_parse import ConfigError, http_host_port, parse_host_port, split_list
 from eddy.log.config import LONG_MAX, TOPIC_CONFIGS, InvalidConfig
+from eddy.mesh.settings import MeshSettings
 from eddy.observe.settings import ADMIN_PORT, ObservabilitySettings
+from eddy.registry.settings import REGISTRY_PORT, RegistrySettings
 from eddy.security.config_fields import SecuritySettings
 from eddy.security.listeners import ListenerSpec, resolve_listeners
 
+__all__ = [
+    "ADMIN_PORT", "ENV_PREFIX", "REGISTRY_PORT", "ROLES", "TOPIC_DEFAULT_FIELDS",
+    "BrokerConfig", "ConfigError", "kafka_name", "load_config",
+    "parse_connection_overrides", "parse_host_port", "parse_quorum_voters", "split_list",
+]
+
 ENV_PREFIX = "EDDY_"
-#: the usual port of the schema registry (Confluent's), used on the Kafka listener's host
-#: unless set (the admin listener's, ADMIN_PORT, is in eddy.observe.settings)
-REGISTRY_PORT = 8081
-
-
-class ConfigError(ValueError):
-    """A config problem, worded for a person: which source, which field, what is wrong."""
-
-
-def parse_host_port(value: str, field: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{field}: expected HOST:PORT, got {value!r}")
-    return (host.strip("[]") or "127.0.0.1"), int(port)
 
 
 #: the roles a node can have (seed 000's broker, gateway and registry, seed 004's controller:
 #: a voter of the metadata quorum); connect is a command (`eddy connect run`), not a role
 ROLES = frozenset({"broker", "controller", "gateway", "registry"})
-
-
-def parse_quorum_voters(value: str) -> dict[int, str]:
-    """Kafka's controller.quorum.voters, ``id@host:port,...`` (here the hosts are mesh
-    addresses), as node id -> ``host:port``."""
-    voters: dict[int, str] = {}
-    for item in split_list(value):
-        node, sep, addr = item.partition("@")
-        if not sep or not node.strip().isdigit() or int(node) <= 0:
-            raise ValueError(f"expected ID@HOST:PORT items (ids from 1), got {item!r}")
-        parse_host_port(addr.strip(), f"controller.quorum.voters ({node})")
-        if int(node) in voters:
-            raise ValueError(f"node {int(node)} is named twice")
-        voters[int(node)] = addr.strip()
-    return voters
-
-
-def split_list(value: str) -> list[str]:
-    """A comma-separated setting as its non-empty, stripped items."""
-    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 def parse_connection_overrides(value: str) -> dict[str, int]:
@@ -78,7 +54,8 @@ def parse_connection_overrides(value: str) -> dict[str, int]:
     return out
 
 
-class BrokerConfig(SecuritySettings, ObservabilitySettings):
+class BrokerConfig(SecuritySettings, ObservabilitySettings, MeshSettings, RegistrySettings,
+                   ClusterSettings):
     """Every setting a user can set. Kafka's dotted names are accepted as aliases."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
@@ -142,43 +119,9 @@ class BrokerConfig(SecuritySettings, ObservabilitySettings):
         "memory, as Kafka does, instead of after each has fsynced them (Eddy's default: an "
         "acknowledged record survives a power cut); topic config write.caching",
     )
-    group_commit_window_us: int = Field(
-        200, ge=0, le=1_000_000, alias="group.commit.window.us",
-        description="an fsync about to start waits this long for more appends to join it "
-        "(seed 001's group commit window; 0: at once)",
-    )
-    group_commit_max_bytes: int = Field(
-        4 << 20, ge=0, alias="group.commit.max.bytes",
-        description="...unless this many bytes are already waiting for it",
-    )
-    group_commit_max_writes: int = Field(
-        1000, ge=0, alias="group.commit.max.writes",
-        description="...or this many records",
-    )
     min_insync_replicas: int = Field(
         1, ge=1, alias="min.insync.replicas",
         description="in-sync replicas an acks=all produce needs (topic default)",
-    )
-    replica_lag_time_max_ms: int = Field(
-        10000, ge=1, alias="replica.lag.time.max.ms",
-        description="a follower not caught up for this long leaves the ISR",
-    )
-    replica_lag_max_messages: int = Field(
-        0, ge=0, alias="replica.lag.max.messages",
-        description="a follower this many offsets behind leaves the ISR (0: off, as Kafka "
-        "since KIP-16: a burst of produce would make every follower flap out and in)",
-    )
-    replica_fetch_max_bytes: int = Field(
-        1048576, ge=1, alias="replica.fetch.max.bytes",
-        description="bytes a follower asks per partition in one fetch",
-    )
-    replica_fetch_response_max_bytes: int = Field(
-        10485760, ge=1, alias="replica.fetch.response.max.bytes",
-        description="bytes a follower asks in one fetch over every partition",
-    )
-    replica_fetch_wait_max_ms: int = Field(
-        500, ge=0, alias="replica.fetch.wait.max.ms",
-        description="how long a leader holds a follower's fetch that finds nothing new",
     )
     log_segment_bytes: int = Field(1073741824, ge=14, alias="log.segment.bytes")
     log_roll_ms: int = Field(604800000, ge=1, alias="log.roll.ms")
@@ -245,100 +188,6 @@ class BrokerConfig(SecuritySettings, ObservabilitySettings):
         "process.roles=broker alone with no voters is a node outside any cluster",
     )
     broker_rack: str | None = Field(None, alias="broker.rack", description="rack of this node")
-    mesh_listener: str | None = Field(
-        None, alias="mesh.listener",
-        description="HOST:PORT (UDP) of the node mesh (QUIC); unset: no mesh unless "
-        "mesh.seeds is set or the node is a gateway, then 127.0.0.1:0",
-    )
-    mesh_advertised: str | None = Field(
-        None, alias="mesh.advertised.listener",
-        description="HOST:PORT other nodes dial for the mesh (default: mesh.listener)",
-    )
-    mesh_seeds: str = Field(
-        "", alias="mesh.seeds", description="HOST:PORT list of mesh addresses to join through"
-    )
-    mesh_allowed_nodes: str = Field(
-        "", alias="mesh.allowed.nodes",
-        description="comma-separated NodeIds (hex or base32) allowed on the mesh; empty: any "
-        "(unless mesh.cluster.public.key is set)",
-    )
-    mesh_cluster_public_key: str = Field(
-        "", alias="mesh.cluster.public.key",
-        description="the cluster's Ed25519 public key (64 hex digits, base64, or a PEM file "
-        "path; `eddy mesh keygen`): when set, a peer is admitted if it is on "
-        "mesh.allowed.nodes or presents a membership token for its NodeId signed by this key "
-        "(`eddy mesh sign`) and not expired; empty: the allow-list alone decides",
-    )
-    mesh_membership_file: str | None = Field(
-        None, alias="mesh.membership.file",
-        description="this node's membership token (`eddy mesh sign`), shown to peers in its "
-        "mesh certificate; default <data_dir>/node.membership when that file exists",
-    )
-    mesh_mdns_enable: bool = Field(
-        False, alias="mesh.mdns.enable",
-        description="find peers on the LAN by mDNS (zeroconf) besides mesh.seeds",
-    )
-    mesh_mdns_cluster: str = Field(
-        "", alias="mesh.mdns.cluster",
-        description="with mDNS, join only nodes that announce the same name",
-    )
-    mesh_ping_interval_ms: int = Field(
-        500, ge=10, alias="mesh.ping.interval.ms",
-        description="how often every known peer is PINGed (seed 002)",
-    )
-    mesh_ping_max_unacked: int = Field(
-        4, ge=1, alias="mesh.ping.max.unacked",
-        description="a peer that leaves this many PINGs in a row unanswered is dead (seed "
-        "002's MAX_PING_UNACKED): with the interval, 2 s by default",
-    )
-    mesh_request_timeout_ms: int = Field(
-        30000, ge=1, alias="mesh.request.timeout.ms",
-        description="default timeout of a forwarded operation over the mesh",
-    )
-    registry_listener: str | None = Field(
-        None, alias="registry.listener",
-        description="HOST:PORT of the schema registry's HTTP API (Confluent's REST API, "
-        "state in the topic _schemas), served by a node with the registry role; unset: the "
-        f"Kafka listener's host, port {REGISTRY_PORT} (left out with a warning when that "
-        "port is taken, as by another node on the same host); port 0: any free port; "
-        "empty: no registry",
-    )
-    registry_kafkastore_timeout_ms: int = Field(
-        10000, ge=1, le=3_600_000, alias="registry.kafkastore.timeout.ms",
-        description="how long a registry write waits for _schemas to take it (Confluent's "
-        "kafkastore.timeout.ms); then the request answers 50002 (operation timed out)",
-    )
-    registry_ssl_enabled: bool = Field(
-        False, alias="registry.ssl.enabled",
-        description="the schema registry serves HTTPS with the Kafka listeners' PEM material "
-        "(ssl.keystore.*; ssl.client.auth and ssl.truststore.* for client certificates)",
-    )
-    registry_authentication_method: str = Field(
-        "NONE", alias="registry.authentication.method",
-        description="NONE or BASIC (Confluent's authentication.method): HTTP basic auth "
-        "against the users' SCRAM credentials in the cluster metadata; the principal is "
-        "User:<name>, checked against the ACLs when authorizer.class.name is set",
-    )
-    controller_quorum_voters: str = Field(
-        "", alias="controller.quorum.voters",
-        description="ID@HOST:PORT list of the metadata quorum's voters (HOST:PORT: their mesh "
-        "addresses); set: the node is part of a cluster whose metadata lives in Raft",
-    )
-    broker_heartbeat_interval_ms: int = Field(
-        250, ge=10, alias="broker.heartbeat.interval.ms",
-        description="how often a broker heartbeats to the controller (seed 004's 250 ms)",
-    )
-    broker_session_timeout_ms: int = Field(
-        1500, ge=50, alias="broker.session.timeout.ms",
-        description="a broker silent this long is fenced and loses its leaderships (6 "
-        "heartbeats: failover within 2 s, see cluster/controller/config.py)",
-    )
-    broker_liveness_probe_ms: int = Field(
-        300, ge=0, alias="broker.liveness.probe.ms",
-        description="a broker this long without a heartbeat has its Kafka listener probed by "
-        "the controller; a refused connection (the process is gone) fences it at once "
-        "instead of after broker.session.timeout.ms; 0: off",
-    )
 
     @field_validator("listen", "advertised")
     @classmethod
@@ -347,64 +196,10 @@ class BrokerConfig(SecuritySettings, ObservabilitySettings):
             parse_host_port(v, info.field_name)
         return v
 
-    @field_validator("mesh_listener", "mesh_advertised")
+    @field_validator("admin_listener")
     @classmethod
-    def _mesh_host_port(cls, v: str | None, info: Any) -> str | None:
-        if v is not None:
-            parse_host_port(v, info.field_name)
-        return v
-
-    @field_validator("registry_listener", "admin_listener")
-    @classmethod
-    def _http_host_port(cls, v: str | None, info: Any) -> str | None:
-        if v is None:
-            return None
-        if v.strip():
-            parse_host_port(v.strip(), str(info.field_name).replace("_", "."))
-        return v.strip()
-
-    @field_validator("mesh_seeds")
-    @classmethod
-    def _seeds(cls, v: str) -> str:
-        for item in split_list(v):
-            parse_host_port(item, "mesh.seeds")
-        return v
-
-    @field_validator("mesh_allowed_nodes")
-    @classmethod
-    def _allowed(cls, v: str) -> str:
-        from eddy.mesh.identity import IdentityError, parse_node_id
-
-        for item in split_list(v):
-            try:
-                parse_node_id(item)
-            except IdentityError as exc:
-                raise ValueError(f"{item!r}: {exc}") from None
-        return v
-
-    @field_validator("mesh_cluster_public_key")
-    @classmethod
-    def _cluster_key(cls, v: str) -> str:
-        from eddy.mesh.membership import MembershipError, parse_public_key
-
-        if v.strip():
-            try:
-                parse_public_key(v)
-            except MembershipError as exc:
-                raise ValueError(str(exc)) from None
-        return v
-
-    @field_validator("mesh_membership_file")
-    @classmethod
-    def _membership_file(cls, v: str | None) -> str | None:
-        from eddy.mesh.membership import MembershipError, read_token_file
-
-        if v is not None and v.strip():
-            try:
-                read_token_file(Path(v.strip()))
-            except MembershipError as exc:
-                raise ValueError(str(exc)) from None
-        return v
+    def _admin_host_port(cls, v: str | None) -> str | None:
+        return http_host_port(v, "admin.listener")
 
     @field_validator("process_roles")
     @classmethod
@@ -417,12 +212,6 @@ class BrokerConfig(SecuritySettings, ObservabilitySettings):
             raise ValueError(f"roles must be a comma-separated subset of {sorted(ROLES)}, "
                              f"got {v!r}")
         return ",".join(roles)
-
-    @field_validator("controller_quorum_voters")
-    @classmethod
-    def _voters(cls, v: str) -> str:
-        parse_quorum_voters(v)
-        return v
 
     @model_validator(mode="after")
     def _controller_role_matches_voters(self) -> BrokerConfig:
@@ -449,9 +238,6 @@ class BrokerConfig(SecuritySettings, ObservabilitySettings):
         if "registry" in self.roles and "broker" not in self.roles:
             raise ValueError("process.roles registry needs broker on the same node (the "
                              "registry reads and writes _schemas through its broker)")
-        if self.broker_session_timeout_ms <= self.broker_heartbeat_interval_ms:
-            raise ValueError("broker.session.timeout.ms must be above "
-                             "broker.heartbeat.interval.ms")
         return self
 
     @field_validator("max_connections_per_ip_overrides")

@@ -310,5 +310,5 @@ def test_config_show(tmp_path: Path) -> None:
     assert layered["log.retention.ms"] == 2000       # flags beat the file
     assert layered["listen"] == "127.0.0.1:19999"    # the file beats the defaults
     assert json_out(merged)["num.partitions"] == 4
-    assert bad_value.returncode == 1 and "num_partitions" in bad_value.stderr
+    assert bad_value.returncode == 1 and "num.partitions" in bad_value.stderr
     assert no_file.returncode == 1 and "does not exist" in no_file.stderr

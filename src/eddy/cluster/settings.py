@@ -1,0 +1,99 @@
+"""The cluster settings of a node: the metadata quorum's voters, brokers' heartbeats and
+fencing, replication (replica.*) and the log's group commit (group.commit.*).
+``BrokerConfig`` inherits them; what needs other groups too (the controller role, the
+quorum of a cluster of one) is in eddy.config."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from eddy.config_parse import parse_host_port, split_list
+
+__all__ = ["ClusterSettings", "parse_quorum_voters"]
+
+
+def parse_quorum_voters(value: str) -> dict[int, str]:
+    """Kafka's controller.quorum.voters, ``id@host:port,...`` (here the hosts are mesh
+    addresses), as node id -> ``host:port``."""
+    voters: dict[int, str] = {}
+    for item in split_list(value):
+        node, sep, addr = item.partition("@")
+        if not sep or not node.strip().isdigit() or int(node) <= 0:
+            raise ValueError(f"expected ID@HOST:PORT items (ids from 1), got {item!r}")
+        parse_host_port(addr.strip(), f"controller.quorum.voters ({node})")
+        if int(node) in voters:
+            raise ValueError(f"node {int(node)} is named twice")
+        voters[int(node)] = addr.strip()
+    return voters
+
+
+class ClusterSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    controller_quorum_voters: str = Field(
+        "", alias="controller.quorum.voters",
+        description="ID@HOST:PORT list of the metadata quorum's voters (HOST:PORT: their mesh "
+        "addresses); set: the node is part of a cluster whose metadata lives in Raft",
+    )
+    broker_heartbeat_interval_ms: int = Field(
+        250, ge=10, alias="broker.heartbeat.interval.ms",
+        description="how often a broker heartbeats to the controller (seed 004's 250 ms)",
+    )
+    broker_session_timeout_ms: int = Field(
+        1500, ge=50, alias="broker.session.timeout.ms",
+        description="a broker silent this long is fenced and loses its leaderships (6 "
+        "heartbeats: failover within 2 s, see cluster/controller/config.py)",
+    )
+    broker_liveness_probe_ms: int = Field(
+        300, ge=0, alias="broker.liveness.probe.ms",
+        description="a broker this long without a heartbeat has its Kafka listener probed by "
+        "the controller; a refused connection (the process is gone) fences it at once "
+        "instead of after broker.session.timeout.ms; 0: off",
+    )
+    replica_lag_time_max_ms: int = Field(
+        10000, ge=1, alias="replica.lag.time.max.ms",
+        description="a follower not caught up for this long leaves the ISR",
+    )
+    replica_lag_max_messages: int = Field(
+        0, ge=0, alias="replica.lag.max.messages",
+        description="a follower this many offsets behind leaves the ISR (0: off, as Kafka "
+        "since KIP-16: a burst of produce would make every follower flap out and in)",
+    )
+    replica_fetch_max_bytes: int = Field(
+        1048576, ge=1, alias="replica.fetch.max.bytes",
+        description="bytes a follower asks per partition in one fetch",
+    )
+    replica_fetch_response_max_bytes: int = Field(
+        10485760, ge=1, alias="replica.fetch.response.max.bytes",
+        description="bytes a follower asks in one fetch over every partition",
+    )
+    replica_fetch_wait_max_ms: int = Field(
+        500, ge=0, alias="replica.fetch.wait.max.ms",
+        description="how long a leader holds a follower's fetch that finds nothing new",
+    )
+    group_commit_window_us: int = Field(
+        200, ge=0, le=1_000_000, alias="group.commit.window.us",
+        description="an fsync about to start waits this long for more appends to join it "
+        "(seed 001's group commit window; 0: at once)",
+    )
+    group_commit_max_bytes: int = Field(
+        4 << 20, ge=0, alias="group.commit.max.bytes",
+        description="...unless this many bytes are already waiting for it",
+    )
+    group_commit_max_writes: int = Field(
+        1000, ge=0, alias="group.commit.max.writes",
+        description="...or this many records",
+    )
+
+    @field_validator("controller_quorum_voters")
+    @classmethod
+    def _voters(cls, v: str) -> str:
+        parse_quorum_voters(v)
+        return v
+
+    @model_validator(mode="after")
+    def _session_outlasts_heartbeats(self) -> ClusterSettings:
+        if self.broker_session_timeout_ms <= self.broker_heartbeat_interval_ms:
+            raise ValueError("broker.session.timeout.ms must be above "
+                             "broker.heartbeat.interval.ms")
+        return self
