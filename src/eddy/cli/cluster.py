@@ -11,7 +11,6 @@ import typer
 from eddy.cli.cluster_elect import register_elect_command
 from eddy.cli.cluster_raft import raft_info, register_raft_commands, render_raft
 from eddy.cli.common import (
-    REQUEST_TIMEOUT_S,
     BootstrapOpt,
     ClientConfigOpt,
     CliError,
@@ -28,7 +27,6 @@ from eddy.cli.common import (
 from eddy.cli.mesh_call import advertised_mesh, ask
 from eddy.cli.reassign import register_rebalance_command
 from eddy.cli.topic import is_internal
-from eddy.config import parse_host_port
 from eddy.mesh.control import (
     PingRequest,
     PingResponse,
@@ -105,11 +103,10 @@ def _controller(conn: Conn, fallback: int | None) -> int | None:
     KRaft; librdkafka's describe_cluster reports Metadata's, so it is asked directly)."""
     from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
 
-    from eddy.client.raw import RawClient
+    from eddy.cli.raw_conn import raw_client
 
-    host, port = parse_host_port(conn.bootstrap.split(",")[0], "--bootstrap")
     try:
-        with RawClient(host, port, REQUEST_TIMEOUT_S) as raw:
+        with raw_client(conn) as raw:
             answer = raw.call(DescribeClusterRequest(
                 include_cluster_authorized_operations=False))
     except Exception:  # an older node, or none there: Metadata's answer
@@ -120,12 +117,11 @@ def _controller(conn: Conn, fallback: int | None) -> int | None:
 def _moving(conn: Conn) -> dict[tuple[str, int], int] | None:
     """Partitions being reassigned and how many replicas each is losing (None: the node
     does not answer ListPartitionReassignments)."""
+    from eddy.cli.raw_conn import raw_client
     from eddy.cli.reassign import ongoing
-    from eddy.client.raw import RawClient
 
-    host, port = parse_host_port(conn.bootstrap.split(",")[0], "--bootstrap")
     try:
-        with RawClient(host, port, REQUEST_TIMEOUT_S) as raw:
+        with raw_client(conn) as raw:
             rows = ongoing(raw)
     except Exception:  # an older node, or none there
         return None

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -34,33 +35,41 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from eddy.cli.common import (
     REQUEST_TIMEOUT_S,
     BootstrapOpt,
+    ClientConfigOpt,
     CliError,
+    Conn,
     Output,
     OutputOpt,
     handle_errors,
-    parse_bootstrap,
     print_json,
     render_table,
     resolve_output,
     stderr_console,
 )
+from eddy.cli.raw_conn import raw_client
 from eddy.client.raw import RawClient
 from eddy.cluster.placement import HashRing, PlacementError
 
-__all__ = ["plan_rebalance", "register_reassign_commands", "register_rebalance_command"]
+__all__ = ["plan_rebalance", "register_reassign_commands",
+           "register_rebalance_command"]
 
 #: (topic, partition, current replicas, proposed replicas)
 Move = tuple[str, int, tuple[int, ...], tuple[int, ...]]
 POLL_S = 0.25
 
 
-def _client(bootstrap: str) -> RawClient:
-    host, port = parse_bootstrap(bootstrap)[0]
-    try:
-        return RawClient(host, port, REQUEST_TIMEOUT_S)
-    except OSError as exc:
-        raise CliError(f"cannot reach a broker at {host}:{port} ({exc.strerror or exc}); "
-                       "check the address or pass --bootstrap HOST:PORT") from None
+@contextmanager
+def _client(bootstrap: str, client_config: list[str] | None) -> Iterator[RawClient]:
+    """A raw connection for one command; the connection failing under a request (e.g. a
+    TLS or SASL listener spoken to without -X security.protocol) is a CliError."""
+    conn = Conn.make(bootstrap, client_config)
+    with raw_client(conn) as client:
+        try:
+            yield client
+        except OSError as exc:  # MalformedResponse and a dropped connection included
+            raise CliError(f"the broker at {conn.bootstrap} dropped the request ({exc}); "
+                           "if its listener uses TLS or SASL, pass the settings with -X "
+                           "(security.protocol, sasl.mechanism, sasl.username, ...)") from None
 
 
 def _timeout() -> i32Timedelta:
@@ -174,6 +183,7 @@ def register_reassign_commands(app: typer.Typer) -> None:
             "--timeout", min=1, help="with --wait: give up after this many seconds")] = 600,
         bootstrap: BootstrapOpt = "127.0.0.1:9092",
         output: OutputOpt = None,
+        client_config: ClientConfigOpt = None,
     ) -> None:
         """Move partitions to other brokers (AlterPartitionReassignments). The new
         replicas copy the log from the leader and join the ISR; then the old ones leave
@@ -182,7 +192,7 @@ def register_reassign_commands(app: typer.Typer) -> None:
         if (replicas is None) == (not cancel):
             raise CliError("say where to: --replicas 2,3,1, or --cancel", 2)
         target = None if cancel else _parse_replicas(replicas or "")
-        with _client(bootstrap) as client:
+        with _client(bootstrap, client_config) as client:
             rows = alter(client, {topic: [(p, target) for p in dict.fromkeys(partition)]})
             ok = [(t, p) for t, p, r, _ in rows if r == "ok"]
             if wait and ok and not cancel:
@@ -195,11 +205,12 @@ def register_reassign_commands(app: typer.Typer) -> None:
         topic: Annotated[str | None, typer.Argument(help="only this topic")] = None,
         bootstrap: BootstrapOpt = "127.0.0.1:9092",
         output: OutputOpt = None,
+        client_config: ClientConfigOpt = None,
     ) -> None:
         """The partition moves under way (ListPartitionReassignments): replicas now, the
         ones being added (catching up) and the ones to be removed."""
         out = resolve_output(output)
-        with _client(bootstrap) as client:
+        with _client(bootstrap, client_config) as client:
             rows = ongoing(client)
         if topic is not None:
             rows = [r for r in rows if r["topic"] == topic]
@@ -268,6 +279,7 @@ def register_rebalance_command(app: typer.Typer) -> None:
             "--timeout", min=1, help="with --wait: give up after this many seconds")] = 3600,
         bootstrap: BootstrapOpt = "127.0.0.1:9092",
         output: OutputOpt = None,
+        client_config: ClientConfigOpt = None,
     ) -> None:
         """Move partitions to where the hash ring places them on the live brokers (150
         virtual nodes each, replicas spread over racks: what topic creation does).
@@ -277,7 +289,7 @@ def register_rebalance_command(app: typer.Typer) -> None:
         (after a --dry-run to see the moves) to give it its share. About 1/N of the
         replicas move when the N-th broker joins."""
         out = resolve_output(output)
-        with _client(bootstrap) as client:
+        with _client(bootstrap, client_config) as client:
             topics, nodes = _cluster_view(client)
             if topic:
                 missing = [t for t in topic if t not in topics]

@@ -31,7 +31,6 @@ from eddy.cli.common import (
     kafka_error_text,
     latest,
     list_offsets,
-    parse_bootstrap,
     parse_kv,
     print_json,
     render_fields,
@@ -41,8 +40,8 @@ from eddy.cli.common import (
     unknown_topic,
     usage_error,
 )
+from eddy.cli.raw_conn import raw_client
 from eddy.cli.reassign import ongoing, register_reassign_commands
-from eddy.client.raw import RawClient
 
 topic_app = typer.Typer(
     help="Create, list, describe, alter and delete topics.", no_args_is_help=True
@@ -158,15 +157,13 @@ def _reassigning(conn: Conn, topic: str, partitions: list[int]
                  ) -> dict[int, tuple[list[int], list[int]]]:
     """(adding, removing) replicas of each partition of ``topic`` being reassigned, from
     ListPartitionReassignments (librdkafka's binding lacks the call: a raw request to the
-    first bootstrap broker). Empty when the broker cannot tell, as kafka-topics does: a
-    listener that is not PLAINTEXT (the raw client speaks neither TLS nor SASL), a broker
-    without the API or a principal without DESCRIBE on the cluster."""
-    protocol = conn.extra.get("security.protocol", "plaintext").strip().lower()
-    if protocol != "plaintext" or not partitions:
+    first bootstrap broker, with the -X security settings). Empty when the broker cannot
+    tell, as kafka-topics does: a broker without the API, a principal without DESCRIBE on
+    the cluster, or a connection the raw client cannot make."""
+    if not partitions:
         return {}
-    host, port = parse_bootstrap(conn.bootstrap)[0]
     try:
-        with RawClient(host, port, REQUEST_TIMEOUT_S) as client:
+        with raw_client(conn) as client:
             rows = ongoing(client, topic, partitions)
     except (OSError, CliError):  # MalformedResponse is a ConnectionError
         return {}

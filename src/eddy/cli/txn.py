@@ -14,15 +14,17 @@ from kio.schema.metadata.v12.request import MetadataRequest
 
 from eddy.cli.common import (
     BootstrapOpt,
+    ClientConfigOpt,
     CliError,
+    Conn,
     Output,
     OutputOpt,
     handle_errors,
-    parse_bootstrap,
     print_json,
     render_table,
     resolve_output,
 )
+from eddy.cli.raw_conn import raw_client
 from eddy.client.raw import RawClient
 
 txn_app = typer.Typer(help="Inspect transactions.", no_args_is_help=True)
@@ -31,17 +33,9 @@ txn_app = typer.Typer(help="Inspect transactions.", no_args_is_help=True)
 TRANSACTION = 1
 
 
-def _client(bootstrap: str) -> RawClient:
-    host, port = parse_bootstrap(bootstrap)[0]
-    return _connect(host, port)
-
-
-def _connect(host: str, port: int) -> RawClient:
-    try:
-        return RawClient(host, port, timeout_s=5.0)
-    except OSError as exc:
-        raise CliError(f"cannot reach a broker at {host}:{port} ({exc.strerror or exc}); "
-                       f"check the address or pass --bootstrap HOST:PORT") from None
+def _client(conn: Conn, at: tuple[str, int] | None = None) -> RawClient:
+    """The first bootstrap broker (or ``at``), with the -X security settings."""
+    return raw_client(conn, at, timeout_s=5.0)
 
 
 def _list(client: RawClient, states: list[str], producer_ids: list[int]) -> list[Any]:
@@ -63,24 +57,24 @@ def _brokers(client: RawClient) -> dict[int, tuple[str, int]]:
     return {int(b.node_id): (b.host, int(b.port)) for b in resp.brokers}
 
 
-def _list_all(bootstrap: str, states: list[str], producer_ids: list[int]) -> list[Any]:
+def _list_all(conn: Conn, states: list[str], producer_ids: list[int]) -> list[Any]:
     """Every broker's transactions (each answers for those it coordinates)."""
-    with _client(bootstrap) as client:
+    with _client(conn) as client:
         brokers = _brokers(client)
         if len(brokers) <= 1:
             return sorted(_list(client, states, producer_ids),
                           key=lambda t: t.transactional_id)
     found: dict[str, Any] = {}
     for host, port in brokers.values():
-        with _connect(host, port) as other:
+        with _client(conn, (host, port)) as other:
             for t in _list(other, states, producer_ids):
                 found.setdefault(t.transactional_id, t)
     return [found[k] for k in sorted(found)]
 
 
-def _describe_all(bootstrap: str, txn_ids: list[str]) -> list[Any]:
+def _describe_all(conn: Conn, txn_ids: list[str]) -> list[Any]:
     """Each id described by its coordinator."""
-    with _client(bootstrap) as client:
+    with _client(conn) as client:
         brokers = _brokers(client)
         coords = client.call(FindCoordinatorRequest(key_type=TRANSACTION,
                                                     coordinator_keys=tuple(txn_ids)))
@@ -91,7 +85,7 @@ def _describe_all(bootstrap: str, txn_ids: list[str]) -> list[Any]:
         by_node.setdefault(int(c.node_id), []).append(c.key)
     states: dict[str, Any] = {}
     for node, ids in by_node.items():
-        with _connect(*brokers[node]) as coordinator:
+        with _client(conn, brokers[node]) as coordinator:
             resp = coordinator.call(DescribeTransactionsRequest(transactional_ids=tuple(ids)))
         states.update({s.transactional_id: s for s in resp.transaction_states})
     return [states[t] for t in txn_ids]
@@ -103,11 +97,12 @@ def list_(
     state: Annotated[list[str] | None, typer.Option("--state", help="only in this state")] = None,
     producer_id: Annotated[list[int] | None, typer.Option(help="only this producer id")] = None,
     bootstrap: BootstrapOpt = "127.0.0.1:9092",
+    client_config: ClientConfigOpt = None,
     output: OutputOpt = None,
 ) -> None:
     """Transactional ids with their producer id and state."""
     out = resolve_output(output)
-    txns = _list_all(bootstrap, state or [], producer_id or [])
+    txns = _list_all(Conn.make(bootstrap, client_config), state or [], producer_id or [])
     rows = [[t.transactional_id, t.producer_id, t.transaction_state] for t in txns]
     if out is Output.json:
         print_json([{"transactional_id": r[0], "producer_id": r[1], "state": r[2]}
@@ -122,17 +117,19 @@ def list_(
 def describe(
     transactional_ids: Annotated[list[str], typer.Argument(help="transactional ids")],
     bootstrap: BootstrapOpt = "127.0.0.1:9092",
+    client_config: ClientConfigOpt = None,
     output: OutputOpt = None,
 ) -> None:
     """State, producer id/epoch, timeout, start time and partitions of transactions."""
     out = resolve_output(output)
-    known = {t.transactional_id for t in _list_all(bootstrap, [], [])}
+    conn = Conn.make(bootstrap, client_config)
+    known = {t.transactional_id for t in _list_all(conn, [], [])}
     missing = [t for t in transactional_ids if t not in known]
     if missing:
         raise CliError(f"no transaction with id {', '.join(map(repr, missing))}; "
                        "see eddy txn list")
     items = []
-    for s in _describe_all(bootstrap, transactional_ids):
+    for s in _describe_all(conn, transactional_ids):
         start = s.transaction_start_time
         items.append({
             "transactional_id": s.transactional_id,

@@ -15,6 +15,8 @@ from kio.schema.response_header.v0.header import ResponseHeader as RespV0
 from kio.schema.response_header.v1.header import ResponseHeader as RespV1
 from kio.serial import entity_reader, entity_writer
 
+from eddy.client import raw_security
+from eddy.client.raw_security import RawSecurity
 from eddy.protocol.bounds import BoundsError, check, is_panic
 
 API_VERSIONS = 18
@@ -24,6 +26,8 @@ DEFAULT_MAX_RESPONSE_BYTES = 100 * 1024 * 1024
 #: responses up to this size are received into one buffer sized up front; larger ones
 #: grow with the bytes that actually arrive
 _PREALLOCATE = 8 * 1024 * 1024
+#: the largest SaslHandshake/SaslAuthenticate answer taken (a SCRAM server-first is ~100 B)
+_MAX_LOGIN_RESPONSE = 64 * 1024
 
 
 class MalformedResponse(ConnectionError):
@@ -31,13 +35,28 @@ class MalformedResponse(ConnectionError):
 
 
 class RawClient:
+    """One connection; with ``security`` (see ``raw_security.security_of``) over TLS
+    and/or logged in with SASL before the first request, as the listener wants."""
+
     def __init__(self, host: str, port: int, timeout_s: float = 15.0,
                  client_id: str = "eddy-cli",
-                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                 security: RawSecurity | None = None) -> None:
         self._sock = socket.create_connection((host, port), timeout=timeout_s)
         self._correlation = 0
         self.client_id = client_id
         self.max_response_bytes = max_response_bytes
+        if security is not None:
+            try:
+                if security.tls:
+                    self._sock = raw_security.wrap(self._sock, host, security)
+                if security.sasl:  # the login's answers are small: a tight cap meanwhile
+                    self.max_response_bytes = min(max_response_bytes, _MAX_LOGIN_RESPONSE)
+                    raw_security.login(self, security)
+                    self.max_response_bytes = max_response_bytes
+            except BaseException:
+                self._sock.close()
+                raise
 
     def close(self) -> None:
         self._sock.close()

@@ -261,7 +261,9 @@ async def list_offsets(gw: Gateway, req: Request) -> Any:
                 build(mod.ListOffsetsPartitionResponse, partition_index=p.partition,
                       error_code=as_code(p.error_code), timestamp=p.timestamp,
                       offset=p.offset,
-                      leader_epoch=0 if p.offset >= 0 else -1)  # as Metadata says
+                      # the owning broker's answer: its partition leader's epoch, -1
+                      # where it found no offset (or could not be asked)
+                      leader_epoch=p.leader_epoch if p.offset >= 0 else -1)
                 for p in results[i]))
             for i, t in enumerate(topics)
         ),

@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any
 
 from eddy.broker.broker import Broker
-from eddy.broker.handlers import cluster_admin
+from eddy.broker.handlers import cluster_admin, cluster_metadata
 from eddy.broker.handlers.topic_results import (
     MAX_PARTITIONS_PER_REQUEST,
     configs_shown,
@@ -208,6 +208,7 @@ def cluster_operations(node: Any, req: Request) -> int:
 async def describe_cluster(broker: Broker, req: Request) -> Any:
     mod = response_module(ApiKey.DESCRIBE_CLUSTER, req.api_version)
     if broker.cluster is not None:
+        await cluster_metadata.await_cluster_id(broker.cluster)
         return cluster_admin.describe_cluster(broker, req, mod, cluster_operations(broker, req))
     endpoint_type = getattr(req.body, "endpoint_type", 1)
     if endpoint_type != 1:

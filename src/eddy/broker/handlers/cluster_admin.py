@@ -209,8 +209,12 @@ def describe_cluster(broker: Broker, req: Request, mod: Any, authorized_operatio
                     for n, h, p, r in live_brokers(cluster.state, listener)
                     ) if endpoint_type == 1 else ()
     code = ErrorCode.none if endpoint_type == 1 else ErrorCode.unsupported_endpoint_type
+    message = None if endpoint_type == 1 else "only broker endpoints are served"
+    cluster_id = cluster.state.cluster_id  # the metadata log's, never a provisional one
+    if not cluster_id:  # not caught up with the metadata log yet: retriable
+        code, brokers = ErrorCode.request_timed_out, ()
+        message = "this node has not caught up with the cluster's metadata yet; retry"
     return build(mod.DescribeClusterResponse, throttle_time=_NO_TIME, error_code=code,
-                 error_message=None if endpoint_type == 1 else "only broker endpoints are served",
-                 endpoint_type=endpoint_type, cluster_id=cluster.cluster_id,
+                 error_message=message, endpoint_type=endpoint_type, cluster_id=cluster_id,
                  controller_id=cluster.controller_id if endpoint_type == 1 else -1,
                  brokers=brokers, cluster_authorized_operations=authorized_operations)

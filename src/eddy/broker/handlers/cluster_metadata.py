@@ -28,6 +28,20 @@ NO_OPS = -2147483648  # authorized operations not requested
 #: how long a request waits for the controller (and for its change to reach this node)
 CONTROLLER_WAIT_S = 10.0
 APPLY_WAIT_S = 2.0
+#: how long Metadata and DescribeCluster wait for a node to learn the cluster's id
+CLUSTER_ID_WAIT_S = 3.0
+
+
+async def await_cluster_id(cluster: ClusterService, timeout_s: float = CLUSTER_ID_WAIT_S
+                           ) -> str | None:
+    """The cluster's id as the metadata log has it; a node that has not caught up with the
+    log yet (a new node before the first controller's SetClusterId reaches it) waits up to
+    ``timeout_s`` for it, then None. Its own provisional id is never answered: a client
+    that saw two ids would think it talks to two clusters (librdkafka warns "reports
+    different ClusterId"), and a Kafka broker takes no request before it has caught up."""
+    if not cluster.state.cluster_id:
+        await cluster.wait_applied(lambda state: bool(state.cluster_id), timeout_s)
+    return cluster.state.cluster_id or None
 
 
 def host_port(addr: str) -> tuple[str, int]:

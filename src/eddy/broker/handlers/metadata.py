@@ -84,7 +84,7 @@ class _Local:
     def brokers(self) -> list[tuple[int, str, int, str | None]]:
         return [(self.broker.node_id, self.broker.host, self.broker.port, None)]
 
-    def cluster_id(self) -> str:
+    def cluster_id(self) -> str | None:
         return self.broker.cluster_id
 
 
@@ -126,10 +126,10 @@ class _Clustered(_Local):
                          if x[0] != b.node_id),
                        (b.node_id, b.host, b.port, b.config.broker_rack)])
 
-    def cluster_id(self) -> str:
-        cluster = self.broker.cluster
-        assert cluster is not None
-        return cluster.cluster_id
+    def cluster_id(self) -> str | None:
+        # the metadata log's id, never this node's own provisional one: None (which
+        # clients take as "not known") until this node has caught up with the log
+        return self._state().cluster_id or None
 
 
 class _Gate:
@@ -191,6 +191,8 @@ async def handle(broker: Broker, req: Request) -> Any:
     version = req.api_version
     mod = response_module(ApiKey.METADATA, version)
     view = _Local(broker, mod) if broker.cluster is None else _Clustered(broker, mod)
+    if broker.cluster is not None:
+        await cluster_metadata.await_cluster_id(broker.cluster)
     gate = _Gate(broker, req)
     requested = body.topics
     if version == 0 and requested == ():

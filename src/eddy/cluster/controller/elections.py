@@ -91,7 +91,7 @@ def plan_elections(state: MetadataState, live: AbstractSet[int], election_type: 
                    ) -> list[tuple[str, list[ElectionOutcome]]]:
     """Per topic (in the order asked, or by name for ``targets`` None), each partition's
     outcome. ``live``: the brokers that may lead (unfenced, session alive, not shutting
-    down). A partition named twice gets its command once."""
+    down). A partition named twice (or in a topic named twice) gets one outcome."""
     out: list[tuple[str, list[ElectionOutcome]]] = []
     if targets is None:
         for name in state.topic_names():
@@ -101,17 +101,18 @@ def plan_elections(state: MetadataState, live: AbstractSet[int], election_type: 
                         if o.code != ErrorCode.election_not_needed]
             out.append((name, outcomes))
         return out
+    # one outcome per partition: a topic named twice is one entry (where it is first
+    # named), a partition named twice one row (Kafka's broker reads them as a set)
+    by_name: dict[str, list[ElectionOutcome]] = {}
     seen: set[tuple[str, int]] = set()
     for name, indexes in targets:
-        outcomes = []
+        if name not in by_name:
+            by_name[name] = []
+            out.append((name, by_name[name]))
         for index in indexes:
-            outcome = _elect_one(state, live, election_type, name, index)
-            if outcome.command is not None:
-                if (name, index) in seen:
-                    outcome = ElectionOutcome(index, outcome.code, outcome.message)
+            if (name, index) not in seen:
                 seen.add((name, index))
-            outcomes.append(outcome)
-        out.append((name, outcomes))
+                by_name[name].append(_elect_one(state, live, election_type, name, index))
     return out
 
 
