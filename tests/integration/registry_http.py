@@ -69,3 +69,12 @@ def set_topic_config(bootstrap: str, topic: str, **configs: str | None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(15)
+
+
+def register_id(url: str, subject: str, schema: str, **extra: Any) -> int:
+    """POST a schema under ``subject``: its id (the answer also carries the GUID)."""
+    status, answer = call(f"{url}/subjects/{subject}/versions", "POST",
+                          {"schema": schema, **extra})
+    assert status == 200, answer
+    assert set(answer) == {"id", "guid"}, answer
+    return int(answer["id"])

@@ -266,7 +266,8 @@ def test_as_a_command_and_registry_not_running(url: str, tmp_path: Path) -> None
         assert (ran.returncode, ran.stderr.strip()) == (1, expected), ran.stderr
     assert live.returncode == 0, live.stderr
     got = json_out(cli(url, "get", "a6-common", "-o", "json"))
-    assert json.loads(live.stdout) == {"id": got["id"]} and got["schemaType"] == "PROTOBUF"
+    assert json.loads(live.stdout) == {"id": got["id"], "guid": got["guid"]}
+    assert got["schemaType"] == "PROTOBUF"
     failed(cli(url, "subjects", "--url", "ftp://x"),
            "error: bad --url 'ftp://x': expected http://HOST:PORT, e.g. --url "
            "http://127.0.0.1:8081")

@@ -18,7 +18,9 @@ from typing import Any
 from confluent_kafka import Producer
 from conftest import EddyProcess
 from kafka_helpers import create_topic
-from registry_http import call, poll, refusal, set_topic_config
+from registry_http import call, poll, refusal, register_id, set_topic_config
+
+from eddy.registry.guid import schema_guid
 
 USER = '{"type":"record","name":"User","fields":[{"name":"name","type":"string"}]}'
 ORDER = '{"type":"object","properties":{"id":{"type":"integer"}}}'
@@ -83,7 +85,8 @@ def check_served(url: str, *registered: str) -> None:
     assert call(f"{url}/schemas/ids/500/subjects?deleted=true") == (
         200, ["legacy-value", "users-value"])
     assert call(f"{url}/subjects/users-value/versions/1") == (
-        200, {"subject": "users-value", "version": 1, "id": 500, "schema": USER})
+        200, {"subject": "users-value", "version": 1, "id": 500,
+              "guid": schema_guid(USER, (), None, None), "schema": USER})
     assert call(f"{url}/config/users-value") == (200, {"compatibilityLevel": "NONE"})
 
 
@@ -121,18 +124,15 @@ def test_a_handmade_schemas_topic_is_served(tmp_path: Path) -> None:
         forward_transitive = {"compatibilityLevel": "FORWARD_TRANSITIVE"}
         assert poll_until(f"{url}/config", forward_transitive)
         # ids go on after the largest one in the topic
-        assert call(f"{url}/subjects/new-value/versions", "POST", {"schema": '"string"'}) == (
-            200, {"id": 502})
+        assert register_id(url, "new-value", '"string"') == 502
 
         assert proc.stop() == 0  # SIGTERM: a clean shutdown
         proc.start()
         check_served(url, "new-value")
         assert call(f"{url}/config") == (200, forward_transitive)
         assert call(f"{url}/schemas/ids/502") == (200, {"schema": '"string"'})
-        assert call(f"{url}/subjects/new-value/versions", "POST", {"schema": '"string"'}) == (
-            200, {"id": 502})
-        assert call(f"{url}/subjects/more-value/versions", "POST", {"schema": '"int"'}) == (
-            200, {"id": 503})
+        assert register_id(url, "new-value", '"string"') == 502
+        assert register_id(url, "more-value", '"int"') == 503
     finally:
         proc.kill()
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from conftest import EddyProcess
 from registry_http import call, refusal, set_topic_config
+from registry_http import register_id as register
 from test_registry_clients import registry_url
 
 
@@ -40,13 +41,6 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EddyProcess
         yield proc, registry_url(proc)
     finally:
         proc.kill()
-
-
-def register(url: str, subject: str, schema: str, **extra: Any) -> int:
-    status, answer = call(f"{url}/subjects/{subject}/versions", "POST",
-                          {"schema": schema, **extra})
-    assert status == 200, answer
-    return int(answer["id"])
 
 
 def test_not_found_and_soft_delete_codes(node: tuple[EddyProcess, str]) -> None:

@@ -67,7 +67,7 @@ class Api:
     async def register(self, subject: str, schema: str, **fields: Any) -> int:
         answer = await self.ok("POST", f"/subjects/{subject}/versions",
                                {"schema": schema, **fields})
-        assert set(answer) == {"id"}
+        assert set(answer) == {"id", "guid"}
         return int(answer["id"])
 
 
@@ -124,8 +124,10 @@ def test_register_and_read_every_view_of_a_version() -> None:
         written = len(api.log.records)
         assert await api.register("s", json.dumps(json.loads(V1_SCHEMA), indent=2)) == 1
         assert len(api.log.records) == written
-        stored = (await api.ok("GET", "/subjects/s/versions/1"))["schema"]
-        entity = {"subject": "s", "version": 1, "id": 1, "schema": stored}
+        first = await api.ok("GET", "/subjects/s/versions/1")
+        stored = first["schema"]
+        entity = {"subject": "s", "version": 1, "id": 1, "guid": first["guid"],
+                  "schema": stored}
         assert json.loads(stored) == json.loads(V1_SCHEMA)
         assert await api.ok("GET", "/subjects/s/versions/latest") == entity
         assert await api.ok("GET", "/subjects/s/versions/-1") == entity
@@ -189,7 +191,7 @@ def test_other_formats_carry_their_schema_type() -> None:
         assert await api.register("p", PROTO, schemaType="PROTOBUF") == 1
         assert await api.register("j", JSON_SCHEMA, schemaType="JSON") == 2
         proto = await api.ok("GET", "/subjects/p/versions/1")
-        assert list(proto) == ["subject", "version", "id", "schemaType", "schema"]
+        assert list(proto) == ["subject", "version", "id", "guid", "schemaType", "schema"]
         assert proto["schemaType"] == "PROTOBUF" and "message M" in proto["schema"]
         by_id = await api.ok("GET", "/schemas/ids/2")
         assert by_id == {"schemaType": "JSON", "schema": JSON_SCHEMA}
@@ -358,9 +360,10 @@ def test_subject_deletes_and_their_ordering_codes() -> None:
         assert await api.ok("GET", "/subjects") == ["keep"]
         assert await api.ok("GET", "/subjects?deleted=true") == ["keep", "s"]
         assert await api.ok("GET", "/subjects?deletedOnly=true") == ["s"]
-        assert await api.ok("POST", "/subjects/s?deleted=true", {"schema": V1_SCHEMA}) == {
-            "subject": "s", "version": 1, "id": 1,
-            "schema": (await api.ok("GET", "/schemas/ids/1"))["schema"]}
+        by_id = await api.ok("GET", "/schemas/ids/1")
+        found = await api.ok("POST", "/subjects/s?deleted=true", {"schema": V1_SCHEMA})
+        assert found == {"subject": "s", "version": 1, "id": 1, "guid": found["guid"],
+                         "schema": by_id["schema"]}
         assert await api.ok("DELETE", "/subjects/s?permanent=true") == [1]
         assert (await api.call("DELETE", "/subjects/s")).error() == (404, 40401)
         assert await api.ok("GET", "/subjects?deleted=true") == ["keep"]
@@ -453,7 +456,7 @@ def test_content_negotiation_on_api_routes() -> None:
                              "application/octet-stream"):
             reply = await api.call("POST", "/subjects/s/versions", {"schema": V1_SCHEMA},
                                    headers={"Content-Type": content_type})
-            assert (reply.status, reply.body) == (200, {"id": 1})
+            assert (reply.status, reply.body["id"], set(reply.body)) == (200, 1, {"id", "guid"})
         plain = await api.call("POST", "/subjects/s/versions", {"schema": V1_SCHEMA},
                                headers={"Content-Type": "text/plain"})
         assert plain.error() == (415, 415)

@@ -13,6 +13,7 @@ import pytest
 
 from eddy.registry import records as rec
 from eddy.registry.contract import RegistryError
+from eddy.registry.guid import schema_guid
 from eddy.registry.memory_log import MemoryLog
 from eddy.registry.requests import SchemaRequest
 from eddy.registry.service import RegistryService
@@ -38,7 +39,7 @@ class Registry:
         normalize = body.pop("normalize", False)
         request = SchemaRequest.from_body({"schema": schema, **body})
         answer = self.run(self.service.register(subject, request, normalize=normalize))
-        assert set(answer) == {"id"}
+        assert set(answer) == {"id", "guid"}  # Confluent 8 answers the GUID too
         return int(answer["id"])
 
     def fails(self, call: Callable[[], Awaitable[Any]] | Awaitable[Any]) -> RegistryError:
@@ -115,7 +116,8 @@ def test_register_answers_confluent_shapes_and_writes_confluent_records(reg: Reg
         "subject": "s", "version": 1, "id": 1, "schema": record("R", "a").replace(" ", ""),
         "deleted": False}
     got = reg.run(reg.service.get_version("s", "1"))
-    assert list(got) == ["subject", "version", "id", "schema"]
+    assert list(got) == ["subject", "version", "id", "guid", "schema"]
+    assert got["guid"] == schema_guid(got["schema"], (), None, None)
 
 
 def test_writes_sync_first_and_concurrent_writes_get_distinct_ids(reg: Registry) -> None:
@@ -165,8 +167,9 @@ def test_metadata_and_rule_set_are_stored_and_served(reg: Registry) -> None:
     rule_set = {"domainRules": [{"name": "r", "kind": "CONDITION", "mode": "WRITE"}]}
     reg.register("s", '"int"', metadata=metadata, ruleSet=rule_set)
     assert reg.run(reg.service.get_version("s", "latest")) == {
-        "subject": "s", "version": 1, "id": 1, "metadata": metadata, "ruleSet": rule_set,
-        "schema": '"int"'}
+        "subject": "s", "version": 1, "id": 1,
+        "guid": schema_guid('"int"', (), metadata, rule_set), "metadata": metadata,
+        "ruleSet": rule_set, "schema": '"int"'}
     assert reg.run(reg.service.schema_by_id(1)) == {
         "schema": '"int"', "metadata": metadata, "ruleSet": rule_set}
 
@@ -208,8 +211,9 @@ def test_unknown_subject_version_and_schema(reg: Registry) -> None:
 def test_lookup_under_a_subject(reg: Registry) -> None:
     reg.register("s", record("R", "a"))
     found = reg.run(reg.service.lookup("s", reg.request(record("R", "a"))))
+    stored = record("R", "a").replace(" ", "")
     assert found == {"subject": "s", "version": 1, "id": 1,
-                     "schema": record("R", "a").replace(" ", "")}
+                     "guid": schema_guid(stored, (), None, None), "schema": stored}
     err = reg.fails(reg.service.lookup("s", reg.request(record("R", "b"))))
     assert (err.code, err.message) == (40403, "Schema not found")
     assert reg.fails(reg.service.lookup("x", reg.request('"int"'))).code == 40401

@@ -22,6 +22,7 @@ from typing import Any
 
 from eddy.mesh import postcard
 from eddy.mesh.postcard import I32, I64, U8, U16, PostcardError
+from eddy.registry.guid import parse_guid
 from eddy.registry.requests import SchemaRequest
 
 OP_REGISTER = 1
@@ -192,10 +193,13 @@ def decode_answer(payload: bytes) -> WriteAnswer:
 
 
 def check_result(op: int, result: Any) -> Any:
-    """A success's JSON as the service's operation returns it: a register's ``{"id": n}``,
-    a subject delete's version list, a version delete's version, a config or mode object."""
+    """A success's JSON as the service's operation returns it: a register's ``{"id": n,
+    "guid": g}`` (a GUID in its canonical form), a subject delete's version list, a version
+    delete's version, a config or mode object."""
     if op == OP_REGISTER:
-        ok = isinstance(result, dict) and set(result) == {"id"} and _is_int(result["id"])
+        ok = (isinstance(result, dict) and set(result) == {"id", "guid"}
+              and _is_int(result["id"]) and isinstance(result["guid"], str)
+              and parse_guid(result["guid"]) == result["guid"])
     elif op == OP_DELETE_SUBJECT:
         ok = isinstance(result, list) and all(_is_int(v) for v in result)
     elif op == OP_DELETE_VERSION:

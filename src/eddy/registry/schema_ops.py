@@ -295,9 +295,10 @@ def _schema_type(entry: VersionEntry) -> dict[str, Any]:
 
 
 def entity(entry: VersionEntry, schema: str | None = None) -> dict[str, Any]:
-    """Confluent's Schema entity: subject, version, id, schemaType (not for AVRO),
-    references, metadata and ruleSet (when present), schema."""
+    """Confluent's Schema entity: subject, version, id, guid (Confluent 8's), schemaType
+    (not for AVRO), references, metadata and ruleSet (when present), schema."""
     return {"subject": entry.subject, "version": entry.version, "id": entry.id,
+            **({"guid": entry.guid} if entry.guid else {}),
             **_schema_type(entry), **_optional(entry),
             "schema": entry.schema if schema is None else schema}
 

@@ -87,6 +87,12 @@ def _reference_exists(entry: VersionEntry) -> RegistryError:
                          f"version={entry.version}}}.")
 
 
+def _registered(entry: VersionEntry) -> dict[str, Any]:
+    """The answer to a registration: the id, and (Confluent 8's, which its clients' header
+    serializers need) the content's GUID."""
+    return {"id": entry.id, "guid": entry.guid}
+
+
 @contextlib.contextmanager
 def write_failures(store_message: str, timeout_message: str) -> Iterator[None]:
     """A write's 50001 / 50002 from the ``_schemas`` log answered with Confluent's message
@@ -171,12 +177,15 @@ class RegistryService(ConfigModeOps, SchemaParsing):
         content = (request.schema_type, text, refs)
         existing = self._matching(subject, content, request, include_deleted=False)
         if existing is not None and request.id in (None, existing.id):
-            return {"id": existing.id}
+            return _registered(existing)
         with write_failures("Register schema operation failed while writing to the Kafka "
                             "store", "Register operation timed out"):
             async with self._lock:
                 await self._log.sync()
-                return {"id": await self._register(subject, request, parsed, content)}
+                schema_id = await self._register(subject, request, parsed, content)
+                entry = next((e for e in reversed(self.state.versions(subject))
+                              if e.id == schema_id), None)
+                return _registered(entry) if entry is not None else {"id": schema_id}
 
     async def _register(self, subject: str, request: SchemaRequest, parsed: ParsedSchema,
                         content: tuple[str, str, tuple[rec.Reference, ...]]) -> int:
