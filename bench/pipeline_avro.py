@@ -11,6 +11,11 @@ id; the point is the decode, not the registry). Two phases:
 2. evolved: every record written with the older schema, resolved to the newer one
    (a field added with a default).
 
+Batches carry the `headers` column (the reader reads headers whenever a decoding is set:
+schema ids may travel there). `--framing header` writes the schema's GUID in the record
+header `__value_schema_id` and bare Avro values (confluent-kafka's
+header_schema_id_serializer) instead of Confluent's classic prefix (magic byte 0, id).
+
 `--smoke` runs a few thousand rows (CI). Prints rows/s and MB/s of each phase.
 """
 
@@ -27,7 +32,7 @@ from typing import Any, ClassVar
 import fastavro
 import pyarrow as pa
 
-from eddy.connect.confluent_wire import frame
+from eddy.connect.confluent_wire import HEADER_KEYS, MAGIC_GUID, frame
 from eddy.connect.kafka_source import ARROW_BATCH, _arrow_schema
 from eddy.connect.value_decoding import (
     FieldDecoding,
@@ -37,6 +42,7 @@ from eddy.connect.value_decoding import (
 )
 
 SUBJECT = "bench-value"
+GUIDS = {1: "5d2c6c1e-0a31-4b7e-9f3e-000000000001", 2: "5d2c6c1e-0a31-4b7e-9f3e-000000000002"}
 _FIELDS: list[dict[str, Any]] = [
     {"name": "id", "type": "long"},
     {"name": "user", "type": "string"},
@@ -94,6 +100,8 @@ def start_registry() -> tuple[ThreadingHTTPServer, str]:
     _Registry.docs = {
         "/schemas/ids/1": json.dumps({"schema": v1}).encode(),
         "/schemas/ids/2": json.dumps({"schema": v2}).encode(),
+        f"/schemas/guids/{GUIDS[1]}": json.dumps({"schema": v1}).encode(),
+        f"/schemas/guids/{GUIDS[2]}": json.dumps({"schema": v2}).encode(),
         f"/subjects/{SUBJECT}/versions/latest": json.dumps(
             {"subject": SUBJECT, "version": 2, "id": 2, "schema": v2}).encode(),
     }
@@ -102,16 +110,20 @@ def start_registry() -> tuple[ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
-def make_batches(rows: int, v2: bool) -> tuple[list[Any], int]:
+def make_batches(rows: int, v2: bool, framing: str = "classic") -> tuple[list[Any], int]:
     """Arrow batches as the reader yields them, and the total value bytes."""
+    import uuid
+
     schema = fastavro.parse_schema(V2 if v2 else V1)
     schema_id = 2 if v2 else 1
     values: list[bytes] = []
     for i in range(rows):
         out = io.BytesIO()
         fastavro.schemaless_writer(out, schema, make_record(i, v2))
-        values.append(frame(schema_id, out.getvalue()))
-    arrow_schema = _arrow_schema(False)
+        values.append(out.getvalue() if framing == "header" else frame(schema_id, out.getvalue()))
+    header = [{"key": HEADER_KEYS["value"],
+               "value": bytes([MAGIC_GUID]) + uuid.UUID(GUIDS[schema_id]).bytes}]
+    arrow_schema = _arrow_schema(True)
     batches = []
     for lo in range(0, rows, ARROW_BATCH):
         chunk = values[lo:lo + ARROW_BATCH]
@@ -121,13 +133,15 @@ def make_batches(rows: int, v2: bool) -> tuple[list[Any], int]:
             pa.array(["bench"] * n), pa.array([0] * n, pa.int32()),
             pa.array(range(lo, lo + n), pa.int64()),
             pa.array([0] * n, pa.timestamp("us", tz="UTC")), pa.array([0] * n, pa.int32()),
+            pa.array([header if framing == "header" else []] * n, arrow_schema.field(7).type),
         ], schema=arrow_schema))
     return batches, sum(map(len, values))
 
 
-def phase(name: str, dec: FieldDecoding, rows: int, v2: bool) -> dict[str, float]:
-    batches, nbytes = make_batches(rows, v2)
-    out_schema = output_schema(batches[0].schema, (dec,))
+def phase(name: str, dec: FieldDecoding, rows: int, v2: bool, framing: str
+          ) -> dict[str, float]:
+    batches, nbytes = make_batches(rows, v2, framing)
+    out_schema = output_schema(_arrow_schema(False), (dec,))  # headers read, not output
     decode_batch(batches[0].slice(0, 10), (dec,), out_schema)  # warm: schema fetch
     started = time.perf_counter()
     decoded = 0
@@ -150,16 +164,19 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
                                      description=__doc__.split("\n\n")[0] if __doc__ else "")
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--smoke", action="store_true", help="a few thousand rows (CI)")
+    parser.add_argument("--framing", choices=("classic", "header"), default="classic",
+                        help="schema id in front of the value (classic) or the GUID in "
+                             "the __value_schema_id header")
     args = parser.parse_args(argv)
     rows = 3_000 if args.smoke else args.rows
     server, url = start_registry()
     try:
         dec = resolve(FieldDecoding("value", "avro", url, SUBJECT))
-        results = {"same": phase("same", dec, rows, True),
-                   "evolved": phase("evolved", dec, rows, False)}
+        results = {"same": phase("same", dec, rows, True, args.framing),
+                   "evolved": phase("evolved", dec, rows, False, args.framing)}
     finally:
         server.shutdown()
-    print(f"rows/s: {results['same']['rows_s']:,.0f} (same schema), "
+    print(f"rows/s ({args.framing} framing): {results['same']['rows_s']:,.0f} (same schema), "
           f"{results['evolved']['rows_s']:,.0f} (evolved)")
     return results
 

@@ -99,3 +99,30 @@ def test_unreachable_registry() -> None:
     assert info.value.code is None
     with pytest.raises(ValueError, match="http"):
         RegistryClient("ftp://x")
+
+
+def test_an_unknown_schema_is_cached_without_the_frames_of_its_callers(stub: str) -> None:
+    """A poison record's unknown id is asked once; every later lookup raises a new error
+    whose traceback is its own: the cached error holds no frames (a pipeline's batches were
+    kept alive through the traceback of a cached error raised again and again)."""
+    Stub.answers = {"/schemas/ids/9": (404, b'{"error_code": 40403, "message": "nope"}')}
+    client = RegistryClient(stub)
+
+    def lookup(batch: bytearray) -> RegistryError:
+        with pytest.raises(RegistryError) as caught:
+            client.schema_by_id(9)
+        return caught.value
+
+    raised = [lookup(bytearray(1 << 20)) for _ in range(5)]
+    assert Stub.seen == ["/schemas/ids/9"]  # asked once, the miss cached
+    assert len({id(e) for e in raised}) == 5 and all(e.not_found for e in raised)
+    cached = client._by_id[9]
+    assert isinstance(cached, RegistryError) and cached.__traceback__ is None
+
+    def depth(e: BaseException) -> int:
+        tb, n = e.__traceback__, 0
+        while tb is not None:
+            tb, n = tb.tb_next, n + 1
+        return n
+
+    assert depth(raised[-1]) == depth(raised[1])  # no traceback grows with each raise

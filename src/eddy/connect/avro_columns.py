@@ -9,7 +9,8 @@ STRING; a union of int and long -> BIGINT, of float and double -> DOUBLE; any ot
 union -> a struct with one field per non-null member (`member0`, `member1`, ...), the
 one written set and the others null.
 
-Each value's writer schema (by the id in its header) is resolved against the reader
+Each value's writer schema (by the id or GUID in its prefix or its schema-id record
+header: eddy.connect.confluent_wire) is resolved against the reader
 schema by fastavro (added fields get their defaults, removed ones are skipped, int
 widens to long...). A value that cannot be decoded (short, another magic byte, an
 unknown id, a writer schema that does not resolve, a payload fastavro rejects or with
@@ -24,7 +25,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from eddy.connect.confluent_wire import FrameError, arrow_rows, decode_values, split_frame
+from eddy.connect.confluent_wire import (
+    FrameError,
+    HeaderId,
+    SchemaKey,
+    arrow_rows,
+    decode_values,
+    describe,
+    remember,
+    split_frame,
+)
 from eddy.connect.registry_client import RegisteredSchema, RegistryClient, RegistryError
 
 PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
@@ -257,46 +267,107 @@ class TypeMapper:
                    to_struct, "union")
 
 
-def _zero_width(schema: Any, named: dict[str, Any], seen: frozenset[str] = frozenset()) -> bool:
+#: a named type's definition and the namespace its own references resolve in
+_Named = tuple[Any, str | None]
+
+
+def _collect(schema: Any, namespace: str | None, named: dict[str, _Named], depth: int = 0
+             ) -> None:
+    """Every named type (record, error, enum, fixed) `schema` defines, by full name."""
+    if depth > 64:
+        raise AvroSchemaError("the schema nests deeper than 64 levels")
+    if isinstance(schema, list):
+        for m in schema:
+            _collect(m, namespace, named, depth + 1)
+        return
+    if not isinstance(schema, dict):
+        return
+    kind = schema.get("type")
+    if kind in ("record", "error", "enum", "fixed") and isinstance(schema.get("name"), str):
+        ns = schema.get("namespace", namespace)
+        full = _fullname(schema["name"], ns if isinstance(ns, str) and ns else None)
+        named[full] = (schema, full.rpartition(".")[0] or None)
+        if kind in ("record", "error") and isinstance(schema.get("fields"), list):
+            for f in schema["fields"]:
+                if isinstance(f, dict):
+                    _collect(f.get("type"), full.rpartition(".")[0] or None, named, depth + 1)
+    elif kind == "array":
+        _collect(schema.get("items"), namespace, named, depth + 1)
+    elif kind == "map":
+        _collect(schema.get("values"), namespace, named, depth + 1)
+    elif isinstance(kind, dict | list):
+        _collect(kind, namespace, named, depth + 1)
+
+
+def _zero_width(schema: Any, named: dict[str, _Named], namespace: str | None = None,
+                seen: frozenset[str] = frozenset()) -> bool:
     """Whether a value of `schema` can take no bytes at all (then an array of them has
-    no bound on its count but the count itself)."""
-    if schema == "null":
-        return True
+    no bound on its count but the count itself): null, a fixed of size 0, a record of
+    such fields, by definition or by name (full or relative to `namespace`)."""
     if isinstance(schema, str):
-        target = named.get(schema)
-        return target is not None and schema not in seen and _zero_width(
-            target, named, seen | {schema})
-    if isinstance(schema, dict):
-        if schema.get("type") == "fixed":
-            return schema.get("size") == 0
-        if schema.get("type") in ("record", "error"):
-            return all(_zero_width(f.get("type"), named, seen)
-                       for f in schema.get("fields", []) if isinstance(f, dict))
+        if schema in PRIMITIVES:
+            return schema == "null"
+        full = _fullname(schema, namespace)
+        name = full if full in named else schema
+        if name not in named or name in seen:
+            return False  # unknown here (another check refuses it) or recursive
+        definition, ns = named[name]
+        return _zero_width(definition, named, ns, seen | {name})
+    if not isinstance(schema, dict):
+        return False  # a union reads its branch index: one byte at least
+    kind = schema.get("type")
+    if kind == "fixed":
+        return schema.get("size") == 0
+    if kind in ("record", "error"):
+        own, ns = schema.get("name"), schema.get("namespace", namespace)
+        inner = (_fullname(own, ns if isinstance(ns, str) and ns else None)
+                 .rpartition(".")[0] or None) if isinstance(own, str) else namespace
+        fields = schema.get("fields")
+        return isinstance(fields, list) and all(
+            _zero_width(f.get("type"), named, inner, seen) for f in fields
+            if isinstance(f, dict))
+    if kind in ("array", "map", "enum"):
+        return False  # a block count or an index: one byte at least
+    if isinstance(kind, str | dict):
+        return _zero_width(kind, named, namespace, seen)  # {"type": "null"} and the like
     return False
 
 
 def _check_arrays(schema: Any, named: dict[str, Any]) -> None:
     """Refuse arrays of zero-width items: a hostile block count would be a loop of that
-    many items read from no bytes."""
-    if isinstance(schema, list):
-        for m in schema:
-            _check_arrays(m, named)
-    elif isinstance(schema, dict):
-        if schema.get("type") in ("record", "error"):
-            if isinstance(schema.get("name"), str):
-                named[schema["name"]] = schema
-            for f in schema.get("fields", []):
-                if isinstance(f, dict):
-                    _check_arrays(f.get("type"), named)
-        elif schema.get("type") == "array":
-            if _zero_width(schema.get("items"), named):
-                raise AvroSchemaError("an array of zero-width items (null or empty records) "
-                                      "cannot be read safely")
-            _check_arrays(schema.get("items"), named)
-        elif schema.get("type") == "map":
-            _check_arrays(schema.get("values"), named)
-        elif isinstance(schema.get("type"), dict | list):
-            _check_arrays(schema["type"], named)
+    many items read from no bytes. `named`: the raw schemas of the references (name ->
+    schema JSON), whose named types the schema may use."""
+    table: dict[str, _Named] = {}
+    for ref in named.values():
+        _collect(ref, None, table)
+    _collect(schema, None, table)
+
+    def walk(node: Any, namespace: str | None, depth: int) -> None:
+        if depth > 64:
+            raise AvroSchemaError("the schema nests deeper than 64 levels")
+        if isinstance(node, list):
+            for m in node:
+                walk(m, namespace, depth + 1)
+        elif isinstance(node, dict):
+            kind = node.get("type")
+            if kind in ("record", "error"):
+                name, ns = node.get("name"), node.get("namespace", namespace)
+                inner = (_fullname(name, ns if isinstance(ns, str) and ns else None)
+                         .rpartition(".")[0] or None) if isinstance(name, str) else namespace
+                for f in node.get("fields") or []:
+                    if isinstance(f, dict):
+                        walk(f.get("type"), inner, depth + 1)
+            elif kind == "array":
+                if _zero_width(node.get("items"), table, namespace):
+                    raise AvroSchemaError("an array of zero-width items (null, fixed of size "
+                                          "0 or records of them) cannot be read safely")
+                walk(node.get("items"), namespace, depth + 1)
+            elif kind == "map":
+                walk(node.get("values"), namespace, depth + 1)
+            elif isinstance(kind, dict | list):
+                walk(kind, namespace, depth + 1)
+
+    walk(schema, None, 0)
 
 
 def _load_json(text: str, what: str) -> Any:
@@ -332,7 +403,7 @@ class AvroDecoder:
                                                  named_schemas=self._named())
         except Exception as exc:  # fastavro's SchemaParseException and friends
             raise AvroSchemaError(f"the reader schema does not parse: {exc}") from None
-        self._writers: dict[int, tuple[Any, Any] | str] = {}
+        self._writers: dict[SchemaKey, tuple[Any, Any] | str] = {}
 
     def _named(self) -> dict[str, Any]:
         import fastavro
@@ -342,52 +413,65 @@ class AvroDecoder:
             fastavro.parse_schema(strip_logical(ref), named_schemas=named)
         return named
 
-    def writer(self, schema_id: int) -> tuple[Any, Any]:
+    def writer(self, schema_id: SchemaKey) -> tuple[Any, Any]:
         """(parsed writer schema, reader schema or None when they are the same) for an
-        id; raises with the reason, cached either way."""
-        import fastavro
-
+        id or GUID; raises with the reason, cached either way."""
         known = self._writers.get(schema_id)
         if isinstance(known, str):
             raise AvroSchemaError(known)
         if known is not None:
             return known
         if self.reader.id is not None and self.reader.id == schema_id:
-            self._writers[schema_id] = pair = (self._reader, None)
+            pair: tuple[Any, Any] = (self._reader, None)
+            remember(self._writers, schema_id, pair)
             return pair
         try:
-            found = self.client.schema_by_id(schema_id)
+            found = self.client.schema(schema_id)
         except RegistryError as exc:
             if not exc.not_found:
                 raise  # the registry is down: fail the task, do not condemn the records
-            self._writers[schema_id] = str(exc)
+            remember(self._writers, schema_id, str(exc))
             raise AvroSchemaError(str(exc)) from None
         try:
-            if found.schema_type != "AVRO":
-                raise AvroSchemaError(f"schema id {schema_id} is {found.schema_type}, not "
-                                      "AVRO")
-            refs = self.client.resolve_references(found)
-            named: dict[str, Any] = {}
-            for name, ref in refs:
-                fastavro.parse_schema(strip_logical(_load_json(ref.schema, name)),
-                                      named_schemas=named)
-            raw = _load_json(found.schema, f"schema id {schema_id}")
-            _check_arrays(raw, {})
-            try:
-                parsed = fastavro.parse_schema(strip_logical(raw), named_schemas=named)
-            except Exception as exc:
-                raise AvroSchemaError(f"schema id {schema_id} does not parse: {exc}") from None
+            pair = self._parse_writer(schema_id, found)
         except AvroSchemaError as exc:
-            self._writers[schema_id] = f"writer schema id {schema_id}: {exc}"
-            raise AvroSchemaError(self._writers[schema_id]) from None
-        self._writers[schema_id] = result = (parsed, self._reader)
-        return result
+            problem = f"writer {describe(schema_id)}: {exc}"
+            remember(self._writers, schema_id, problem)
+            raise AvroSchemaError(problem) from None
+        remember(self._writers, schema_id, pair)
+        return pair
 
-    def decode_one(self, value: bytes) -> Any:
-        """One framed value -> fastavro's record (converted); raises with the reason."""
+    def _parse_writer(self, schema_id: SchemaKey, found: RegisteredSchema
+                      ) -> tuple[Any, Any]:
         import fastavro
 
-        schema_id, start = split_frame(value)
+        what = describe(schema_id)
+        if found.schema_type != "AVRO":
+            raise AvroSchemaError(f"{what} is {found.schema_type}, not AVRO")
+        if found.schema == self.reader.schema and found.references == self.reader.references:
+            return self._reader, None  # the reader schema itself (a GUID names no id)
+        refs = self.client.resolve_references(found)
+        named: dict[str, Any] = {}
+        for name, ref in refs:
+            fastavro.parse_schema(strip_logical(_load_json(ref.schema, name)),
+                                  named_schemas=named)
+        raw = _load_json(found.schema, what)
+        _check_arrays(raw, {})
+        try:
+            parsed = fastavro.parse_schema(strip_logical(raw), named_schemas=named)
+        except Exception as exc:
+            raise AvroSchemaError(f"{what} does not parse: {exc}") from None
+        return parsed, self._reader
+
+    def decode_one(self, value: bytes, at: HeaderId | None = None) -> Any:
+        """One framed value (or, with the header's `at`, a bare payload) -> fastavro's
+        record (converted); raises with the reason."""
+        import fastavro
+
+        if at is None:
+            schema_id, start = split_frame(value)
+        else:
+            schema_id, start = at[0], 0
         writer, reader = self.writer(schema_id)
         stream = io.BytesIO(value)
         stream.seek(start)
@@ -396,19 +480,21 @@ class AvroDecoder:
                                                 return_named_type=self.tagged)
         except Exception as exc:
             text = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-            raise AvroSchemaError(f"schema id {schema_id}: the payload does not decode "
+            raise AvroSchemaError(f"{describe(schema_id)}: the payload does not decode "
                                   f"({type(exc).__name__}: {text})") from None
         left = len(value) - stream.tell()
         if left:
-            raise AvroSchemaError(f"schema id {schema_id}: {left} byte(s) left after the "
+            raise AvroSchemaError(f"{describe(schema_id)}: {left} byte(s) left after the "
                                   "record")
         return record if self.col.convert is None else self.col.convert(record)
 
-    def decode(self, values: list[bytes | None]) -> tuple[Any, list[str | None]]:
+    def decode(self, values: list[bytes | None], located: list[HeaderId | None] | None = None
+               ) -> tuple[Any, list[str | None]]:
         """(Arrow array of `arrow_type`, error per value: None where it decoded or the
-        value was null)."""
+        value was null); `located`: the schema id each record's header gave, if any."""
         records, errors = decode_values(values, self.decode_one,
-                                        (FrameError, AvroSchemaError), (RegistryError,))
+                                        (FrameError, AvroSchemaError), (RegistryError,),
+                                        located)
         array = arrow_rows(records, self.col.decode, errors)
         if self.col.decode != self.col.final:
             array = array.cast(self.col.final, safe=False)  # type: ignore[attr-defined]

@@ -1,6 +1,8 @@
 """JSON values in Confluent's JSON Schema framing decoded into one typed Arrow column.
 
-The framing is Confluent's (magic byte 0, the 4-byte schema id), then the JSON text.
+The framing is Confluent's (magic byte 0 and the 4-byte schema id, or magic byte 1 and
+the 16-byte GUID, in front of the value or in its schema-id record header), then the
+JSON text.
 The column's type comes from the reader JSON Schema: an object with `properties` ->
 a struct of them (in order), `additionalProperties` only -> map<string, T>, `array`
 with `items` -> array, `integer` -> BIGINT, `number` -> DOUBLE, `boolean`, `string` ->
@@ -22,7 +24,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from eddy.connect.confluent_wire import FrameError, arrow_rows, decode_values, split_frame
+from eddy.connect.confluent_wire import (
+    FrameError,
+    HeaderId,
+    SchemaKey,
+    arrow_rows,
+    decode_values,
+    describe,
+    remember,
+    split_frame,
+)
 from eddy.connect.registry_client import RegisteredSchema, RegistryClient, RegistryError
 
 MAX_DEPTH = 32
@@ -186,36 +197,38 @@ class JsonSchemaDecoder:
         self.client = client
         self.col = SchemaMapper(root).map(root)
         self.arrow_type = self.col.type
-        self._ids: dict[int, str | None] = {} if reader.id is None else {reader.id: None}
+        self._ids: dict[SchemaKey, str | None] = {} if reader.id is None else {
+            reader.id: None}
 
-    def _check_id(self, schema_id: int) -> None:
+    def _check_id(self, schema_id: SchemaKey) -> None:
         if schema_id not in self._ids:
             try:
-                found = self.client.schema_by_id(schema_id)
-                self._ids[schema_id] = (None if found.schema_type == "JSON" else
-                                        f"schema id {schema_id} is {found.schema_type}, "
-                                        "not JSON")
+                found = self.client.schema(schema_id)
+                remember(self._ids, schema_id, None if found.schema_type == "JSON" else
+                         f"{describe(schema_id)} is {found.schema_type}, not JSON")
             except RegistryError as exc:
                 if not exc.not_found:
                     raise
-                self._ids[schema_id] = str(exc)
+                remember(self._ids, schema_id, str(exc))
         problem = self._ids[schema_id]
         if problem is not None:
             raise JsonSchemaError(problem)
 
-    def decode_one(self, value: bytes) -> Any:
-        schema_id, start = split_frame(value)
+    def decode_one(self, value: bytes, at: HeaderId | None = None) -> Any:
+        schema_id, start = split_frame(value) if at is None else (at[0], 0)
         self._check_id(schema_id)
         try:
             doc = json.loads(value[start:].decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise JsonSchemaError(f"schema id {schema_id}: not JSON text "
+            raise JsonSchemaError(f"{describe(schema_id)}: not JSON text "
                                   f"({type(exc).__name__})") from None
         if doc is None:
             return None
         return self.col.convert(doc, "")
 
-    def decode(self, values: list[bytes | None]) -> tuple[Any, list[str | None]]:
+    def decode(self, values: list[bytes | None], located: list[HeaderId | None] | None = None
+               ) -> tuple[Any, list[str | None]]:
         records, errors = decode_values(values, self.decode_one,
-                                        (FrameError, JsonSchemaError), (RegistryError,))
+                                        (FrameError, JsonSchemaError), (RegistryError,),
+                                        located)
         return arrow_rows(records, self.arrow_type, errors), errors

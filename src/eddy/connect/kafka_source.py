@@ -199,14 +199,16 @@ def read_range(options: KafkaOptions, rng: TopicRange,
     """Read [start, end) of one partition as pyarrow RecordBatches: the fast reader
     (eddy.connect.fetcher) unless the options ask for librdkafka or it cannot serve
     the range, in which case librdkafka reads what is left."""
-    batches = _read_range(options, rng, clock)
     if options.decodings:
         from eddy.connect.value_decoding import decode_batch, output_schema
 
+        # schema ids may travel in headers: read them, whether or not they are output
+        batches = _read_range(replace(options, include_headers=True), rng, clock)
         decoded = output_schema(_arrow_schema(options.include_headers), options.decodings)
         for batch in batches:
             yield decode_batch(batch, options.decodings, decoded)
         return
+    batches = _read_range(options, rng, clock)
     if options.parse_value_schema is None:
         yield from batches
         return

@@ -1,8 +1,10 @@
 """Protobuf values in Confluent's wire format decoded into one typed Arrow column.
 
-After the 5-byte header come the message indexes (which message of the writer's schema
-file), then the message. The column's type is the reader schema's first message (the
-subject's latest or pinned version), mapped as Spark's `from_protobuf` maps Protobuf:
+After the 5-byte header (magic byte 0 and the schema id; or the 17-byte one, magic byte
+1 and the schema's GUID) come the message indexes (which message of the writer's schema
+file), then the message; or the header, with the indexes, is the record's schema-id
+header and the value is the bare message. The column's type is the reader schema's first
+message (the subject's latest or pinned version), mapped as Spark's `from_protobuf` maps Protobuf:
 messages -> structs, repeated -> arrays, maps -> maps, enums -> their value names,
 int32/sint32/sfixed32 -> INT, uint32/fixed32 and the 64-bit signed ones -> BIGINT,
 uint64/fixed64 -> DECIMAL(20, 0) (exact), bytes -> BINARY, google.protobuf.Timestamp ->
@@ -26,9 +28,13 @@ from typing import Any
 
 from eddy.connect.confluent_wire import (
     FrameError,
+    HeaderId,
+    SchemaKey,
     arrow_rows,
     decode_values,
+    describe,
     message_indexes,
+    remember,
     split_frame,
 )
 from eddy.connect.registry_client import RegisteredSchema, RegistryClient, RegistryError
@@ -69,15 +75,17 @@ def _well_known(name: str) -> Any:
 
 
 def message_name(fdp: Any, indexes: list[int]) -> str:
-    """The full name of the message `indexes` picks in a file (Confluent's indexes)."""
-    messages = fdp.message_type
+    """The full name of the message `indexes` picks in a file (Confluent's indexes, which
+    count the messages declared in the schema text: not the map entry types a descriptor
+    adds for `map<..>` fields)."""
+    messages = list(fdp.message_type)
     name = fdp.package
     for depth, i in enumerate(indexes):
         if i >= len(messages):
             raise ProtobufSchemaError(f"message index {indexes} is not in the writer schema")
         name = f"{name}.{messages[i].name}" if name else messages[i].name
         if depth + 1 < len(indexes):
-            messages = messages[i].nested_type
+            messages = [m for m in messages[i].nested_type if not m.options.map_entry]
     return str(name)
 
 
@@ -120,7 +128,7 @@ class ProtobufDecoder:
         except Exception as exc:
             raise ProtobufSchemaError(f"the reader schema does not load: {exc}") from None
         self.arrow_type, self.convert = self._map(self.descriptor, (), 0)
-        self._writers: dict[int, Any] = {}
+        self._writers: dict[SchemaKey, Any] = {}
         if reader.id is not None:
             self._writers[reader.id] = fdp
 
@@ -221,48 +229,56 @@ class ProtobufDecoder:
         }
         return simple[f.type], same
 
-    def _writer(self, schema_id: int) -> Any:
+    def _writer(self, schema_id: SchemaKey) -> Any:
         known = self._writers.get(schema_id)
         if isinstance(known, str):
             raise ProtobufSchemaError(known)
         if known is not None:
             return known
+        what = describe(schema_id)
+        path = (f"/schemas/ids/{schema_id}" if isinstance(schema_id, int) else
+                f"/schemas/guids/{urllib.parse.quote(schema_id, safe='')}")
         try:
-            found = _serialized(self.client, f"/schemas/ids/{schema_id}")
+            found = _serialized(self.client, path)
             if found.schema_type != "PROTOBUF":
-                raise ProtobufSchemaError(f"schema id {schema_id} is {found.schema_type}, "
-                                          "not PROTOBUF")
-            fdp = _fdp(found.schema, f"schema id {schema_id}")
+                raise ProtobufSchemaError(f"{what} is {found.schema_type}, not PROTOBUF")
+            fdp = _fdp(found.schema, what)
         except RegistryError as exc:
             if not exc.not_found:
                 raise
-            self._writers[schema_id] = f"unknown schema id {schema_id} (the registry has " \
-                                       "no such schema)"
-            raise ProtobufSchemaError(self._writers[schema_id]) from None
+            problem = f"unknown {what} (the registry has no such schema)"
+            remember(self._writers, schema_id, problem)
+            raise ProtobufSchemaError(problem) from None
         except ProtobufSchemaError as exc:
-            self._writers[schema_id] = str(exc)
+            remember(self._writers, schema_id, str(exc))
             raise
-        self._writers[schema_id] = fdp
+        remember(self._writers, schema_id, fdp)
         return fdp
 
-    def decode_one(self, value: bytes) -> Any:
+    def decode_one(self, value: bytes, at: HeaderId | None = None) -> Any:
         from google.protobuf.message import DecodeError
 
-        schema_id, pos = split_frame(value)
-        indexes, pos = message_indexes(value, pos)
+        if at is None:
+            schema_id, pos = split_frame(value)
+            indexes, pos = message_indexes(value, pos)
+        else:
+            schema_id, pos = at[0], 0
+            indexes = at[1] or [0]
         written = message_name(self._writer(schema_id), indexes)
         if written != self.name:
-            raise ProtobufSchemaError(f"schema id {schema_id}: written as message {written}, "
+            raise ProtobufSchemaError(f"{describe(schema_id)}: written as message {written}, "
                                       f"the reader schema's is {self.name}")
         msg = self.message()
         try:
-            msg.ParseFromString(value[pos:])
+            msg.ParseFromString(value[pos:] if pos else value)
         except (DecodeError, RuntimeError, ValueError) as exc:
-            raise ProtobufSchemaError(f"schema id {schema_id}: the payload does not decode "
+            raise ProtobufSchemaError(f"{describe(schema_id)}: the payload does not decode "
                                       f"({type(exc).__name__}: {str(exc)[:200]})") from None
         return self.convert(msg)
 
-    def decode(self, values: list[bytes | None]) -> tuple[Any, list[str | None]]:
+    def decode(self, values: list[bytes | None], located: list[HeaderId | None] | None = None
+               ) -> tuple[Any, list[str | None]]:
         records, errors = decode_values(values, self.decode_one,
-                                        (FrameError, ProtobufSchemaError), (RegistryError,))
+                                        (FrameError, ProtobufSchemaError), (RegistryError,),
+                                        located)
         return arrow_rows(records, self.arrow_type, errors), errors

@@ -3,7 +3,8 @@ Confluent's), for pipelines: it runs inside Spark's Python workers, so plain url
 timeout and a bounded body, and a cache of schemas by id (ids are immutable in a
 registry, so the cache never goes stale).
 
-Reading: the schema with an id (GET /schemas/ids/{id}), and a subject's version
+Reading: the schema with an id (GET /schemas/ids/{id}) or a GUID (GET
+/schemas/guids/{guid}, confluent-kafka's magic byte 1 framing), and a subject's version
 (GET /subjects/{subject}/versions/{version|latest}); writing: registering a schema
 (POST /subjects/{subject}/versions) and looking one up (POST /subjects/{subject}).
 Errors are RegistryError with the registry's own message and error code, or what went
@@ -28,6 +29,9 @@ MAX_BODY = 8 << 20
 MAX_REFERENCE_DEPTH = 16
 #: Confluent's error codes for "no such schema / subject / version"
 NOT_FOUND_CODES = (40401, 40402, 40403)
+#: schemas by id or GUID kept, found or not found (ids and GUIDs come from records: a
+#: hostile producer must not grow the cache without bound); past it the oldest go
+MAX_CACHED = 4096
 
 
 class RegistryError(RuntimeError):
@@ -109,7 +113,7 @@ class RegistryClient:
         self.timeout_s = timeout_s
         self.max_body = max_body
         self._lock = threading.Lock()
-        self._by_id: dict[int, RegisteredSchema | RegistryError] = {}
+        self._by_id: dict[int | str, RegisteredSchema | RegistryError] = {}
         self._versions: dict[tuple[str, int], RegisteredSchema] = {}
 
     def get_json(self, path: str) -> Any:
@@ -163,27 +167,47 @@ class RegistryClient:
             raise RegistryError(f"schema registry {url}: the answer is not JSON") from None
 
     def schema_by_id(self, schema_id: int) -> RegisteredSchema:
+        return self.schema(schema_id)
+
+    def schema_by_guid(self, guid: str) -> RegisteredSchema:
+        """The schema with a GUID (canonical UUID text, as confluent_wire gives it)."""
+        return self.schema(guid)
+
+    def schema(self, key: int | str) -> RegisteredSchema:
+        """The schema with an id (int) or a GUID (str); cached, "not found" too."""
         with self._lock:
-            cached = self._by_id.get(schema_id)
+            cached = self._by_id.get(key)
         if isinstance(cached, RegistryError):
-            raise cached
+            # a new exception each time: raising the cached one again would extend its
+            # traceback with every raise, keeping each caller's frames (and their batches)
+            raise RegistryError(str(cached), cached.code)
         if cached is not None:
             return cached
-        where = f"schema id {schema_id}"
+        if isinstance(key, int):
+            what, path = f"schema id {key}", f"/schemas/ids/{key}"
+        else:
+            what = f"schema guid {key}"
+            path = f"/schemas/guids/{urllib.parse.quote(key, safe='')}"
         try:
-            found = _parse_schema_doc(self.get_json(f"/schemas/ids/{schema_id}"), where)
+            found = _parse_schema_doc(self.get_json(path), what)
         except RegistryError as exc:
             if exc.not_found:
-                error = RegistryError(f"unknown schema id {schema_id} (the registry has no "
-                                      "such schema)", exc.code)
-                with self._lock:
-                    self._by_id[schema_id] = error
-                raise error from None
+                message = f"unknown {what} (the registry has no such schema)"
+                # the cached one is never raised: a raised exception keeps its traceback,
+                # and with it the frames (and batches) of the call that raised it
+                self._remember(key, RegistryError(message, exc.code))
+                raise RegistryError(message, exc.code) from None
             raise
-        found = RegisteredSchema(found.schema, found.schema_type, found.references, schema_id)
-        with self._lock:
-            self._by_id[schema_id] = found
+        found = RegisteredSchema(found.schema, found.schema_type, found.references,
+                                 key if isinstance(key, int) else found.id)
+        self._remember(key, found)
         return found
+
+    def _remember(self, key: int | str, found: RegisteredSchema | RegistryError) -> None:
+        with self._lock:
+            if key not in self._by_id and len(self._by_id) >= MAX_CACHED:
+                del self._by_id[next(iter(self._by_id))]
+            self._by_id[key] = found
 
     def version(self, subject: str, version: int | str = "latest") -> RegisteredSchema:
         """A subject's version (a number, or "latest", which is never cached)."""

@@ -17,8 +17,14 @@ of bytes, and three columns follow Spark's Kafka ones: `_eddy_raw_key` /
 `_eddy_raw_value` (the original bytes, for the decoded ones) and `_eddy_decode_error`:
 null where every decoded column decoded, else why not (the column then is null). The
 reader schema is fetched once on the driver and travels with the options, so every
-task decodes into the same type; writer schemas are fetched by id on the executors and
-cached per worker process.
+task decodes into the same type; writer schemas are fetched by id (or GUID) on the
+executors and cached per worker process.
+
+The writer schema's id is found as confluent-kafka's default deserializer finds it: in
+the record header `__value_schema_id` / `__key_schema_id` first (then the value is the
+bare payload), else in front of the value (magic byte 0 and a 4-byte id, or magic byte
+1 and a 16-byte GUID): see eddy.connect.confluent_wire. The reader reads the headers
+whenever a decoding is set; the `headers` column is in the output only when asked for.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from eddy.connect.confluent_wire import HEADER_KEYS, FrameError, HeaderId, parse_header
 from eddy.connect.options import FIELDS, URL_OPTION, OptionError, requested_format
 from eddy.connect.registry_client import RegisteredSchema, RegistryClient, RegistryError
 
@@ -51,7 +58,10 @@ class FieldDecoding:
 class Decoder(Protocol):
     arrow_type: Any
 
-    def decode(self, values: list[bytes | None]) -> tuple[Any, list[str | None]]: ...
+    def decode(self, values: list[bytes | None], located: list[HeaderId | None] | None = None
+               ) -> tuple[Any, list[str | None]]:
+        """`located[i]`: the schema id record i's header gave (its value is then the bare
+        payload); only passed when some record has one."""
 
 
 def parse_decodings(lower: Mapping[str, str], topics: Sequence[str]
@@ -176,19 +186,82 @@ def output_schema(base: Any, decodings: Sequence[FieldDecoding]) -> Any:
     return schema.append(pa.field(DECODE_ERROR_COLUMN, pa.string()))
 
 
+def header_values(headers: Any, name: str) -> list[bytes | None] | None:
+    """Per row of a `headers` column (list<struct<key, value>>), the value of its first
+    header called `name` (None: no such header, or a null value, which confluent-kafka
+    also reads as none); None when no row has one (the common case: a quick check)."""
+    import pyarrow.compute as pc
+
+    flat = headers.flatten()
+    if len(flat) == 0:
+        return None
+    hit = pc.equal(flat.field("key"), name)
+    if not pc.any(hit).as_py():
+        return None
+    rows = pc.filter(pc.list_parent_indices(headers), hit).to_pylist()
+    values = pc.filter(flat.field("value"), hit).to_pylist()
+    out: list[bytes | None] = [None] * len(headers)
+    seen: set[int] = set()
+    for row, value in zip(rows, values, strict=True):
+        if row not in seen:
+            seen.add(row)
+            out[row] = value
+    return out
+
+
+def locate(values: list[bytes | None], headers: list[bytes | None], dec: FieldDecoding
+           ) -> tuple[list[bytes | None], list[HeaderId | None], list[str | None]]:
+    """(values, schema id per record's header, error per record) of one decoded field:
+    a record whose header does not parse is an error and its value (in `values`, which
+    this changes) is not decoded."""
+    located: list[HeaderId | None] = [None] * len(values)
+    errors: list[str | None] = [None] * len(values)
+    protobuf = dec.format == "protobuf"
+    seen: dict[bytes, HeaderId | str] = {}  # most records of a batch share their header
+    for row, header in enumerate(headers):
+        if header is None or values[row] is None:  # a null value is null, header or not
+            continue
+        found = seen.get(header)
+        if found is None:
+            try:
+                found = parse_header(header, protobuf)
+            except FrameError as exc:
+                found = f"header {HEADER_KEYS[dec.field]}: {exc}"
+            if len(header) <= 64:
+                seen[header] = found
+        if isinstance(found, str):
+            errors[row] = found
+            values[row] = None
+        else:
+            located[row] = found
+    return values, located, errors
+
+
 def decode_batch(batch: Any, decodings: Sequence[FieldDecoding], schema: Any) -> Any:
     """A RecordBatch of Spark's Kafka columns with key/value decoded (see the module
-    doc); `schema` is output_schema(batch.schema, decodings)."""
+    doc); `schema` is output_schema(base, decodings) where `base` is the batch's schema,
+    or that schema without the `headers` column (read only to find schema ids)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     columns = list(batch.columns)
+    names = batch.schema.names
+    headers = batch.column(names.index("headers")) if "headers" in names else None
+    if headers is not None and "headers" not in schema.names:
+        del columns[names.index("headers")]
     raws: list[Any] = []
     errors: list[str | None] = [None] * batch.num_rows
     for dec in decodings:
-        i = batch.schema.get_field_index(dec.field)
+        i = names.index(dec.field)
         raw = batch.column(i)
-        array, errs = decoder(dec).decode(raw.to_pylist())
+        values = raw.to_pylist()
+        found = None if headers is None else header_values(headers, HEADER_KEYS[dec.field])
+        if found is None:
+            array, errs = decoder(dec).decode(values)
+        else:
+            values, located, header_errs = locate(values, found, dec)
+            array, errs = decoder(dec).decode(values, located)
+            errs = [h if h is not None else e for h, e in zip(header_errs, errs, strict=True)]
         columns[i] = array
         raws.append(raw)
         for row, err in enumerate(errs):
@@ -199,7 +272,7 @@ def decode_batch(batch: Any, decodings: Sequence[FieldDecoding], schema: Any) ->
         # a row one of whose columns failed is a failed row: null every decoded column
         failed = pa.array([e is not None for e in errors])
         for dec in decodings:
-            i = batch.schema.get_field_index(dec.field)
+            i = names.index(dec.field)
             columns[i] = pc.if_else(failed, pa.nulls(len(errors), columns[i].type),
                                             columns[i])
     return pa.RecordBatch.from_arrays([*columns, *raws, pa.array(errors, pa.string())],
