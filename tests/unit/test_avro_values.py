@@ -247,3 +247,49 @@ def test_hostile_counts_and_lengths_are_bounded_by_the_bytes() -> None:
         tracemalloc.stop()
     assert all(e and "does not decode" in e for e in errors), errors
     assert peak < 1 << 20
+
+
+def test_zero_width_arrays_are_refused_wherever_they_hide() -> None:
+    """An array whose items take no bytes lets a 10-byte count loop 2**62 times: refused in
+    the reader schema itself (which reads records written with it), in a writer, and in a
+    named type a schema uses from a reference."""
+    from eddy.connect.avro_columns import _check_arrays
+
+    empty = {"type": "record", "name": "Empty", "namespace": "t", "fields": []}
+    nulls = record({"name": "n", "type": {"type": "array", "items": "null"}})
+    with pytest.raises(AvroSchemaError, match="zero-width"):
+        decoder_for(nulls, 1)
+    dec, _ = decoder_for(V1, 1, {2: record({"name": "e", "type": {"type": "array",
+                                                                  "items": empty}})})
+    _, errors = dec.decode([frame(2, b"\xfe\xff\xff\xff\xff\xff\xff\xff\x7f\x00")])
+    assert errors[0] is not None and "zero-width" in errors[0]
+    # the array is inside a referenced record, used by name
+    holder = {"type": "record", "name": "Holder", "namespace": "r",
+              "fields": [{"name": "xs", "type": {"type": "array", "items": {
+                  "type": "fixed", "name": "Nothing", "size": 0}}}]}
+    uses = record({"name": "h", "type": "r.Holder"})
+    with pytest.raises(AvroSchemaError, match="zero-width"):
+        _check_arrays(uses, {"holder.avsc": holder})
+    _check_arrays(record({"name": "h", "type": "string"}), {"holder.avsc": holder})  # unused
+
+
+def test_bytes_fixed_and_decimal_defaults_are_bytes() -> None:
+    """Avro's bytes and fixed defaults are JSON strings whose code points 0-255 are the
+    bytes: a record written before such a field existed reads the bytes they spell (and
+    the decimal they encode), not the string's UTF-8."""
+    reader = record({"name": "name", "type": "string"}, {"name": "age", "type": "int"},
+                    {"name": "raw", "type": "bytes", "default": "\u00ff\u0001"},
+                    {"name": "tag", "type": {"type": "fixed", "name": "Tag", "size": 2},
+                     "default": "\u00ffA"},
+                    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal",
+                                               "precision": 6, "scale": 2},
+                     "default": "\u0004\u00d2"},  # 1234 -> 12.34
+                    {"name": "cost", "type": {"type": "fixed", "name": "Cost", "size": 2,
+                                              "logicalType": "decimal", "precision": 4,
+                                              "scale": 1}, "default": "\u00ff\u00f6"})  # -10
+    dec, _ = decoder_for(reader, 2, {1: V1})
+    array, errors = dec.decode([encode(V1, {"name": "a", "age": 3}, 1)])
+    assert errors == [None]
+    (row,) = array.to_pylist()
+    assert row["raw"] == b"\xff\x01" and row["tag"] == b"\xffA"
+    assert row["price"] == decimal.Decimal("12.34") and row["cost"] == decimal.Decimal("-1.0")

@@ -201,9 +201,14 @@ class TypeMapper:
                 if not isinstance(f, dict) or not isinstance(f.get("name"), str):
                     raise AvroSchemaError(f"record {full}: a field without a name")
                 try:
-                    cols.append((f["name"], self.map(f.get("type"), inner_ns, depth + 1)))
+                    field_col = self.map(f.get("type"), inner_ns, depth + 1)
                 except AvroSchemaError as exc:
                     raise AvroSchemaError(f"{full}.{f['name']}: {exc}") from None
+                if isinstance(f.get("default"), str) and (
+                        field_col.kind in ("bytes", "decimal")
+                        or field_col.kind.startswith("fixed:")):
+                    field_col = _with_bytes_default(field_col)
+                cols.append((f["name"], field_col))
             converting = [(n, c.convert) for n, c in cols if c.convert is not None]
 
             def convert(v: dict[str, Any]) -> dict[str, Any]:
@@ -265,6 +270,30 @@ class TypeMapper:
         return Col(pa.struct([pa.field(n, c.decode) for n, c in zip(names, others, strict=True)]),
                    pa.struct([pa.field(n, c.final) for n, c in zip(names, others, strict=True)]),
                    to_struct, "union")
+
+
+def _with_bytes_default(col: Col) -> Col:
+    """``col`` of a bytes, fixed or decimal field with a default: fastavro gives a record
+    written without the field the default as the JSON string itself, whose code points
+    0-255 are the bytes (Avro's rule); those become bytes (or the decimal they encode)."""
+    import pyarrow as pa
+
+    scale = col.decode.scale if pa.types.is_decimal(col.decode) else None
+    inner = col.convert
+
+    def convert(v: Any) -> Any:
+        if isinstance(v, str):
+            try:
+                raw = v.encode("latin-1")
+            except UnicodeEncodeError:
+                raise AvroSchemaError("a bytes default holds a character past \\u00ff, "
+                                      "which is no byte") from None
+            if scale is None:
+                return raw
+            return decimal.Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
+        return v if inner is None else inner(v)
+
+    return Col(col.decode, col.final, convert, col.kind)
 
 
 #: a named type's definition and the namespace its own references resolve in
@@ -341,11 +370,20 @@ def _check_arrays(schema: Any, named: dict[str, Any]) -> None:
     for ref in named.values():
         _collect(ref, None, table)
     _collect(schema, None, table)
+    walked: set[str] = set()
 
     def walk(node: Any, namespace: str | None, depth: int) -> None:
         if depth > 64:
             raise AvroSchemaError("the schema nests deeper than 64 levels")
-        if isinstance(node, list):
+        if isinstance(node, str) and node not in PRIMITIVES:
+            # a named type (of this schema or a reference): its arrays once
+            full = _fullname(node, namespace)
+            known = full if full in table else node
+            if known in table and known not in walked:
+                walked.add(known)
+                definition, defined_in = table[known]
+                walk(definition, defined_in, depth + 1)
+        elif isinstance(node, list):
             for m in node:
                 walk(m, namespace, depth + 1)
         elif isinstance(node, dict):
@@ -392,6 +430,9 @@ class AvroDecoder:
         self.reader = reader
         self._refs = [_load_json(r.schema, f"reference {n}") for n, r in references]
         reader_json = _load_json(reader.schema, "the reader schema")
+        # the reader reads records written with itself: its arrays are checked as a writer's
+        _check_arrays(reader_json, {n: raw for (n, _), raw in zip(references, self._refs,
+                                                                   strict=True)})
         self.tagged = _has_general_union(reader_json)
         mapper = TypeMapper(self.tagged)
         for ref in self._refs:
@@ -451,12 +492,12 @@ class AvroDecoder:
         if found.schema == self.reader.schema and found.references == self.reader.references:
             return self._reader, None  # the reader schema itself (a GUID names no id)
         refs = self.client.resolve_references(found)
+        raws = {name: _load_json(ref.schema, name) for name, ref in refs}
         named: dict[str, Any] = {}
-        for name, ref in refs:
-            fastavro.parse_schema(strip_logical(_load_json(ref.schema, name)),
-                                  named_schemas=named)
+        for raw_ref in raws.values():
+            fastavro.parse_schema(strip_logical(raw_ref), named_schemas=named)
         raw = _load_json(found.schema, what)
-        _check_arrays(raw, {})
+        _check_arrays(raw, raws)
         try:
             parsed = fastavro.parse_schema(strip_logical(raw), named_schemas=named)
         except Exception as exc:
