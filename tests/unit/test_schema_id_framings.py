@@ -23,7 +23,7 @@ from eddy.connect import confluent_wire as wire
 from eddy.connect import registry_client as rc
 from eddy.connect import value_decoding as vd
 from eddy.connect.confluent_wire import FrameError, frame, parse_header, split_frame
-from eddy.connect.kafka_source import _arrow_schema
+from eddy.connect.kafka_rows import arrow_schema as _arrow_schema
 from eddy.connect.registry_client import RegisteredSchema, RegistryClient, RegistryError
 
 URL = "http://framings.invalid"

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from eddy.connect import value_decoding as vd
-from eddy.connect.kafka_source import _arrow_schema
+from eddy.connect.kafka_rows import arrow_schema as _arrow_schema
 from eddy.connect.registry_client import RegisteredSchema
 
 

@@ -37,7 +37,7 @@ _HEAD = b"\x0a\x02\x01"  # Payment's id 5 and amount (1 byte)
 #: regression inputs that must pass clean
 FORMER_FINDINGS: dict[tuple[str, str], bytes] = {
     # an array of a named fixed of size 0: a 10-byte block count was a loop of 2**62
-    # items from no bytes (time and memory; not interruptible) -- avro_columns._check_arrays
+    # items from no bytes (time and memory; not interruptible) -- avro_checks.check_arrays
     ("Hang", "pipeline.avro.decode (named fixed)"): vs.frame(6, _HEAD + _varint(1 << 62)),
     # the same with an empty record named by its full name (ns.Nothing)
     ("Hang", "pipeline.avro.decode (namespaced record)"):

@@ -3,16 +3,18 @@
 Reading: one Spark input partition per topic partition; a task consumes its
 offset range through a Kafka client (librdkafka), so it works against any
 Kafka-compatible broker, and yields pyarrow RecordBatches with Spark's Kafka row
-schema. Streaming offsets are `{"topic/partition": next_offset}`; partitions that
-appear later (new topics matching a pattern, added partitions) start at earliest.
+schema (built by eddy.connect.kafka_rows). Streaming offsets are
+`{"topic/partition": next_offset}`; partitions that appear later (new topics matching a
+pattern, added partitions) start at earliest.
 
-Writing: rows with `value` (and optionally `key`, `topic`, `partition`, `headers`)
-are produced with librdkafka's murmur2 partitioner (Java-compatible key hashing);
-the `topic` option overrides a `topic` column, as in Spark's Kafka sink.
-Delivery is at-least-once: a task fails if any record is not acknowledged. Keys and
-values may be encoded through a schema registry (`value.format`...: see
-eddy.connect.value_encoding); rows that cannot be encoded go to the dead-letter topic
-(`dead_letter_bootstrap`, `dead_letter_topic`), or fail the task without one.
+Writing (the produce loop: eddy.connect.kafka_writer): rows with `value` (and optionally
+`key`, `topic`, `partition`, `headers`) are produced with librdkafka's murmur2
+partitioner (Java-compatible key hashing); the `topic` option overrides a `topic`
+column, as in Spark's Kafka sink. Delivery is at-least-once: a task fails if any record
+is not acknowledged. Keys and values may be encoded through a schema registry
+(`value.format`...: see eddy.connect.value_encoding); rows that cannot be encoded go to
+the dead-letter topic (`dead_letter_bootstrap`, `dead_letter_topic`), or fail the task
+without one.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import gc
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -47,8 +49,10 @@ from eddy.connect.kafka_options import (
     key_of,
     split_key,
 )
+from eddy.connect.kafka_rows import arrow_batch, arrow_from_columns, arrow_schema
+from eddy.connect.kafka_writer import Produced as Produced  # re-exported
+from eddy.connect.kafka_writer import write_batches as write_batches  # re-exported
 from eddy.connect.options import OptionError
-from eddy.connect.value_encoders import DeadLetters, encode_batch
 from eddy.connect.value_encoding import prepare_all
 
 log = logging.getLogger(__name__)
@@ -57,6 +61,9 @@ log = logging.getLogger(__name__)
 ARROW_BATCH = 50_000
 #: a task gives up when a partition yields nothing new for this long
 STALL_TIMEOUT_S = 60.0
+#: the names the row builders had here (tests/connect/test_fast_reader.py, bench)
+_arrow_schema = arrow_schema
+_arrow_from_columns = arrow_from_columns
 
 
 class TopicRange(InputPartition):
@@ -107,93 +114,6 @@ def limit_offsets(start: dict[str, int], latest: dict[str, int], max_rows: int
 # ---- reading a range (runs on the executors) ----------------------------------------------
 
 
-def _arrow_batch(msgs: list[Any], include_headers: bool, schema: Any) -> Any:
-    """Columns straight from librdkafka's Message objects: one C-level map per column,
-    arithmetic in pyarrow (this is the per-record hot path of every read)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    from confluent_kafka import Message
-
-    stamps = list(map(Message.timestamp, msgs))
-    ts_ms = pa.array([t[1] for t in stamps], pa.int64())
-    types = [t[0] for t in stamps]
-    columns: list[Any] = [
-        pa.array(list(map(Message.key, msgs)), pa.binary()),
-        pa.array(list(map(Message.value, msgs)), pa.binary()),
-        pa.array(list(map(Message.topic, msgs)), pa.string()),
-        pa.array(list(map(Message.partition, msgs)), pa.int32()),
-        pa.array(list(map(Message.offset, msgs)), pa.int64()),
-        pc.multiply(ts_ms, 1000).cast(pa.timestamp("us", tz="UTC")),
-        # librdkafka: 1 CreateTime, 2 LogAppendTime; Spark's Kafka source: 0 and 1
-        pc.max_element_wise(pc.subtract(pa.array(types, pa.int32()), 1), 0),
-    ]
-    if include_headers:
-        offsets = [0]
-        keys: list[str] = []
-        values: list[Any] = []
-        header_lists: list[Any] = list(map(Message.headers, msgs))
-        for hl in header_lists:
-            if hl:
-                for k, v in hl:
-                    keys.append(k)
-                    values.append(v)
-            offsets.append(len(keys))
-        struct = pa.StructArray.from_arrays(
-            [pa.array(keys, pa.string()), pa.array(values, pa.binary())], ["key", "value"]
-        )
-        columns.append(pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), struct))
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-
-def _arrow_schema(include_headers: bool) -> Any:
-    import pyarrow as pa
-
-    fields = [
-        pa.field("key", pa.binary()), pa.field("value", pa.binary()),
-        pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()), pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("timestampType", pa.int32()),
-    ]
-    if include_headers:
-        fields.append(pa.field("headers", pa.list_(pa.struct(
-            [pa.field("key", pa.string()), pa.field("value", pa.binary())]))))
-    return pa.schema(fields)
-
-
-def _arrow_from_columns(cols: dict[str, Any], topic: str, partition: int, schema: Any,
-                        include_headers: bool) -> Any:
-    """A RecordBatch over record_columns' buffers (no copy): Spark's Kafka row schema."""
-    import pyarrow as pa
-
-    n = cols["rows"]
-    buf = pa.py_buffer
-
-    def binary(parts: tuple[Any, ...], kind: Any) -> Any:
-        validity, offsets, data, nulls = parts
-        return pa.Array.from_buffers(
-            kind, len(offsets) // 4 - 1,
-            [buf(validity) if validity is not None else None, buf(offsets), buf(data)],
-            null_count=nulls)
-
-    columns: list[Any] = [
-        binary(cols["keys"], pa.binary()),
-        binary(cols["values"], pa.binary()),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.Array.from_buffers(pa.int64(), n, [None, buf(cols["offsets"])]),
-        pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n,
-                              [None, buf(cols["timestamps"])]),
-        pa.Array.from_buffers(pa.int32(), n, [None, buf(cols["timestamp_types"])]),
-    ]
-    if include_headers:
-        struct = pa.StructArray.from_arrays(
-            [binary(cols["header_keys"], pa.string()),
-             binary(cols["header_values"], pa.binary())], ["key", "value"])
-        offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, buf(cols["header_offsets"])])
-        columns.append(pa.ListArray.from_arrays(offsets, struct))
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-
 def read_range(options: KafkaOptions, rng: TopicRange,
                clock: Any = time.monotonic) -> Iterator[Any]:
     """Read [start, end) of one partition as pyarrow RecordBatches: the fast reader
@@ -204,7 +124,7 @@ def read_range(options: KafkaOptions, rng: TopicRange,
 
         # schema ids may travel in headers: read them, whether or not they are output
         batches = _read_range(replace(options, include_headers=True), rng, clock)
-        decoded = output_schema(_arrow_schema(options.include_headers), options.decodings)
+        decoded = output_schema(arrow_schema(options.include_headers), options.decodings)
         for batch in batches:
             yield decode_batch(batch, options.decodings, decoded)
         return
@@ -217,7 +137,7 @@ def read_range(options: KafkaOptions, rng: TopicRange,
     from eddy.connect.json_columns import PARSED_COLUMN, ValueParser
 
     parser = ValueParser(options.parse_value_schema)
-    schema = _arrow_schema(options.include_headers).append(pa.field(PARSED_COLUMN, parser.type))
+    schema = arrow_schema(options.include_headers).append(pa.field(PARSED_COLUMN, parser.type))
     for batch in batches:
         yield batch.append_column(schema.field(len(batch.schema)),
                                   parser.parse(batch.column("value")))
@@ -228,14 +148,14 @@ def _read_range(options: KafkaOptions, rng: TopicRange, clock: Any) -> Iterator[
 
     start = rng.start
     if options.reader != "librdkafka":
-        schema = _arrow_schema(options.include_headers)
+        schema = arrow_schema(options.include_headers)
         reached = [rng.start]
         try:
             config = fetcher.FetchConfig.from_client(options.bootstrap, options.client)
             yield from fetcher.read_partition(
                 config, rng.topic, rng.partition, rng.start, rng.end,
                 options.include_headers, ARROW_BATCH,
-                lambda cols: _arrow_from_columns(cols, rng.topic, rng.partition, schema,
+                lambda cols: arrow_from_columns(cols, rng.topic, rng.partition, schema,
                                                  options.include_headers),
                 STALL_TIMEOUT_S, clock, reached.append)
             return
@@ -267,7 +187,7 @@ def read_range_librdkafka(options: KafkaOptions, rng: TopicRange,
         "queued.min.messages": 1_000_000,
         "enable.partition.eof": True,
     }))
-    schema = _arrow_schema(options.include_headers)
+    schema = arrow_schema(options.include_headers)
     # tens of thousands of Message objects per batch and no reference cycles: the cyclic
     # GC would only rescan them over and over (measured: half the reader's time)
     gc_was_enabled = gc.isenabled()
@@ -311,10 +231,10 @@ def read_range_librdkafka(options: KafkaOptions, rng: TopicRange,
                     f"{next_offset} (want up to {rng.end}) for {STALL_TIMEOUT_S:.0f}s"
                 )
             if len(pending) >= ARROW_BATCH:
-                yield _arrow_batch(pending, options.include_headers, schema)
+                yield arrow_batch(pending, options.include_headers, schema)
                 pending = []
         if pending:
-            yield _arrow_batch(pending, options.include_headers, schema)
+            yield arrow_batch(pending, options.include_headers, schema)
     finally:
         consumer.close()
         if gc_was_enabled:
@@ -442,97 +362,7 @@ class EddyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._cluster = None
 
 
-# ---- writing (runs on the executors) ------------------------------------------------------
-
-
-@dataclass
-class Produced(WriterCommitMessage):
-    records: int
-
-
-def write_batches(options: KafkaOptions, batches: Iterator[Any]) -> Produced:
-    """Produce every row of the arrow batches; raise unless all are acknowledged."""
-    from confluent_kafka import KafkaException, Producer
-
-    producer = Producer(options.client_config(**{
-        "client.id": "eddy-connect-writer",
-        "partitioner": "murmur2_random",
-        "linger.ms": 5,
-        "batch.size": 1 << 20,
-        "queue.buffering.max.kbytes": 256 << 10,
-        "enable.idempotence": True,
-        "acks": "all",
-    }))
-    failures: list[str] = []
-
-    def on_delivery(err: Any, _msg: Any) -> None:
-        if err is not None and len(failures) < 10:
-            failures.append(str(err))
-
-    count = 0
-    produce = producer.produce
-    dead = (DeadLetters(options.dead_letter, options.pipeline, options.stage)
-            if options.encodings else None)
-    for batch in batches:
-        names = batch.schema.names
-        if "value" not in names:
-            raise OptionError("writing to eddy needs a `value` column")
-        n = batch.num_rows
-        encoded = encode_batch(batch, options.encodings) if options.encodings else None
-        values = (encoded.columns["value"] if encoded and "value" in encoded.columns
-                  else _bytes_column(batch.column(names.index("value"))))
-        keys = (encoded.columns["key"] if encoded and "key" in encoded.columns
-                else _bytes_column(batch.column(names.index("key"))) if "key" in names
-                else [None] * n)
-        if options.topic:
-            topics = [options.topic] * n
-        elif "topic" in names:
-            topics = batch.column(names.index("topic")).to_pylist()
-        else:
-            raise OptionError("writing to eddy needs the `topic` option or a `topic` column")
-        partitions = (batch.column(names.index("partition")).to_pylist()
-                      if "partition" in names else [None] * n)
-        headers = (batch.column(names.index("headers")).to_pylist()
-                   if "headers" in names else [None] * n)
-        for i in range(n):
-            if encoded is not None and encoded.errors[i] is not None:
-                assert dead is not None
-                dead.add(batch, encoded, i)
-                continue
-            topic = topics[i]
-            if not topic:
-                raise OptionError(f"row {count + i}: the topic is null or empty")
-            kwargs: dict[str, Any] = {"on_delivery": on_delivery}
-            if partitions[i] is not None:
-                kwargs["partition"] = partitions[i]
-            if headers[i]:
-                kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i] or ()]
-            for _attempt in range(10_000):
-                try:
-                    produce(topic, values[i], keys[i], **kwargs)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-        count += n
-        producer.poll(0)
-    remaining = producer.flush(120)
-    if failures or remaining:
-        raise KafkaException(
-            f"{len(failures) or remaining} record(s) not delivered: "
-            f"{failures[0] if failures else 'timed out'}"
-        )
-    if dead is not None:
-        dead.flush()
-        count -= dead.count
-    return Produced(count)
-
-
-def _bytes_column(column: Any) -> list[bytes | None]:
-    import pyarrow as pa
-
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        column = column.cast(pa.binary())
-    return column.to_pylist()  # type: ignore[no-any-return]
+# ---- writing (the tasks run eddy.connect.kafka_writer on the executors) -------------------
 
 
 class EddyWriter(DataSourceArrowWriter):
