@@ -14,56 +14,33 @@ from typing import Any
 
 import fastavro
 
+from eddy.connect.avro_checks import AvroSchemaError, check_arrays
+
 _MAX_SCHEMA_DEPTH = 64
-_PRIMITIVE_WIDTH = {"null": 0, "boolean": 1, "int": 1, "long": 1, "float": 4, "double": 8,
-                    "bytes": 1, "string": 1}
-
-
-def _zero_width(schema: Any, named: dict[str, Any], seen: frozenset[str], depth: int) -> bool:
-    """Whether a value of ``schema`` (fastavro's parsed form) may take no bytes."""
-    if depth > _MAX_SCHEMA_DEPTH:
-        return True  # too deep to tell: treat as unsafe
-    if isinstance(schema, str):
-        if schema in _PRIMITIVE_WIDTH:
-            return _PRIMITIVE_WIDTH[schema] == 0
-        if schema in seen:
-            return False  # a recursive reference: the enclosing type decides
-        target = named.get(schema)
-        return target is None or _zero_width(target, named, seen | {schema}, depth + 1)
-    if isinstance(schema, list):
-        return False  # a union reads its branch index: at least one byte
-    if not isinstance(schema, dict):
-        return True
-    kind = schema.get("type")
-    name = schema.get("name")
-    if isinstance(name, str):
-        named[name] = schema
-        seen = seen | {name}
-    if kind == "record" or kind == "error":
-        fields = schema.get("fields") or []
-        return all(_zero_width(f.get("type"), named, seen, depth + 1) for f in fields)
-    if kind == "fixed":
-        return int(schema.get("size", 0)) == 0
-    if kind == "enum":
-        return len(schema.get("symbols") or []) <= 1
-    if kind in ("array", "map"):
-        return False  # reads a block count: at least one byte
-    return _zero_width(kind, named, seen, depth + 1)
-
-
-def bounded(schema: Any, named: dict[str, Any], path: frozenset[str] = frozenset(),
-            depth: int = 0) -> bool:
+def bounded(schema: Any, named: dict[str, Any]) -> bool:
     """Whether decoding ``schema`` costs at most about its input's bytes: every array item
-    takes at least one byte, and no type contains itself."""
+    takes at least one byte (the pipelines' check, eddy.connect.avro_checks), and no type
+    contains itself."""
+    try:
+        check_arrays(schema, {})
+    except AvroSchemaError:
+        return False
+    return _acyclic(schema, named)
+
+
+def _acyclic(schema: Any, named: dict[str, Any], path: frozenset[str] = frozenset(),
+             depth: int = 0) -> bool:
+    """Whether no type of ``schema`` contains itself (a value could nest as deep as it is
+    long, past the decoder's stack)."""
     if depth > _MAX_SCHEMA_DEPTH:
         return False
     if isinstance(schema, str):
         if schema in path:
             return False
         target = named.get(schema)
-        return target is None or bounded(target, named, path, depth + 1)
+        return target is None or _acyclic(target, named, path, depth + 1)
     if isinstance(schema, list):
-        return all(bounded(s, named, path, depth + 1) for s in schema)
+        return all(_acyclic(s, named, path, depth + 1) for s in schema)
     if not isinstance(schema, dict):
         return True
     name = schema.get("name")
@@ -73,15 +50,12 @@ def bounded(schema: Any, named: dict[str, Any], path: frozenset[str] = frozenset
     kind = schema.get("type")
     if kind in ("array", "map"):
         items = schema.get("items") if kind == "array" else schema.get("values")
-        # a map entry also reads its key (a string: at least one byte)
-        if kind == "array" and _zero_width(items, dict(named), frozenset(), 0):
-            return False
-        return bounded(items, named, path, depth + 1)
+        return _acyclic(items, named, path, depth + 1)
     if kind in ("record", "error"):
-        return all(bounded(f.get("type"), named, path, depth + 1)
+        return all(_acyclic(f.get("type"), named, path, depth + 1)
                    for f in schema.get("fields") or [])
     if isinstance(kind, dict | list):
-        return bounded(kind, named, path, depth + 1)
+        return _acyclic(kind, named, path, depth + 1)
     return True
 
 
