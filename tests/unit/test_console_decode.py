@@ -50,6 +50,10 @@ message Money { string currency = 1; int64 cents = 2; }
 ORDER_SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"},
                                                   "item": {"type": "string"}}}
 AVRO = {"type": "record", "name": "Payment", "fields": [{"name": "id", "type": "long"}]}
+AVRO_MONEY = {"type": "record", "name": "Money", "namespace": "shop",
+              "fields": [{"name": "cents", "type": "long"}]}
+AVRO_PRICED = {"type": "record", "name": "Priced", "namespace": "shop",
+               "fields": [{"name": "price", "type": "shop.Money"}]}
 
 
 class Registry:
@@ -77,8 +81,11 @@ def registry() -> dict[str, Any]:
         {"name": "common.proto", "subject": "common", "version": 1}])
     orders = reg.register("orders-value", json.dumps(ORDER_SCHEMA), "JSON")
     avro = reg.register("payments-value", json.dumps(AVRO), "AVRO")
+    reg.register("money", json.dumps(AVRO_MONEY), "AVRO")
+    priced = reg.register("priced-value", json.dumps(AVRO_PRICED), "AVRO", [
+        {"name": "shop.Money", "subject": "money", "version": 1}])
     lookup = SchemaLookup(reg)  # type: ignore[arg-type]
-    ids = {"common": common, "shop": shop, "json": orders, "avro": avro}
+    ids = {"common": common, "shop": shop, "json": orders, "avro": avro, "priced": priced}
     found = asyncio.run(lookup.resolve([*ids.values(), 999]))
     return {"ids": ids, "found": found, "lookup": lookup}
 
@@ -139,6 +146,8 @@ def test_json_schema_and_avro_values_decode(registry: dict[str, Any]) -> None:
     assert _format(shown) == f"json #{registry['ids']['json']}"
     avro = show(registry, "avro", b"\x54")  # long 42, zigzag
     assert (avro.format, avro.text) == ("avro", '{"id": 42}')
+    priced = show(registry, "priced", b"\xd0\x0f")  # a type from a reference: cents 1000
+    assert (priced.format, priced.text) == ("avro", '{"price": {"cents": 1000}}')
     unknown = show_bytes(frame(999, b"hi"), registry["found"])
     assert (unknown.format, unknown.text) == ("hex", frame(999, b"hi").hex(" "))
     assert "999 is not registered" in unknown.note
@@ -244,3 +253,22 @@ def test_schemas_that_cannot_load_say_why(registry: dict[str, Any]) -> None:
     assert found[recursive][0] is None and "recursive" in found[recursive][1]
     shown = show_bytes(frame(recursive, b"\x00"), found)
     assert shown.format == "hex" and "recursive" in shown.note
+
+
+def test_avro_references_are_checked_like_the_schema() -> None:
+    """A type from a reference is decoded with it, and refused as the schema would be: an
+    array of zero-width items, or a type that contains itself."""
+    from eddy.observe.console.decode_avro import load
+
+    nothing = json.dumps({"type": "record", "name": "Holder", "namespace": "r", "fields": [
+        {"name": "xs", "type": {"type": "array", "items": {
+            "type": "fixed", "name": "Nothing", "size": 0}}}]})
+    uses = json.dumps({"type": "record", "name": "Top", "fields": [
+        {"name": "h", "type": "r.Holder"}]})
+    decoder, why = load(7, uses, {"holder": nothing})
+    assert decoder is None and "take no bytes" in why
+    node = json.dumps({"type": "record", "name": "Node", "namespace": "r", "fields": [
+        {"name": "next", "type": ["null", "r.Node"]}]})
+    decoder, why = load(8, json.dumps({"type": "record", "name": "List", "fields": [
+        {"name": "head", "type": "r.Node"}]}), {"node": node})
+    assert decoder is None and "recursive" in why

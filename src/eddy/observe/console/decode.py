@@ -149,16 +149,14 @@ class SchemaLookup:
         text = entry.schema
         if entry.schema_type == JSON:
             return JsonDecoder(), ""
-        if entry.schema_type == AVRO:
-            if entry.references:
-                return None, f"schema id {schema_id} (Avro) has references, not decoded here"
-            return lambda: decode_avro.load(schema_id, text)
-        if entry.schema_type == PROTOBUF:
+        if entry.schema_type in (AVRO, PROTOBUF):
             try:
-                refs = registry.service.parser.referenced_texts(text, PROTOBUF,
+                refs = registry.service.parser.referenced_texts(text, entry.schema_type,
                                                                 entry.references)
             except Exception as exc:
                 return None, f"schema id {schema_id}: references: {str(exc)[:200]}"
+            if entry.schema_type == AVRO:
+                return lambda: decode_avro.load(schema_id, text, refs)
             return lambda: decode_proto.load(schema_id, text, refs)
         return None, f"schema id {schema_id} is {entry.schema_type[:20]}, not decoded here"
 

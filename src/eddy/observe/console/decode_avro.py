@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import fastavro
@@ -72,14 +73,25 @@ class AvroDecoder:
         return json.dumps(decoded, default=jsonable, ensure_ascii=False), ""
 
 
-def load(schema_id: int, text: str) -> tuple[AvroDecoder | None, str]:
-    """A decoder of the Avro schema ``text`` (the registry checked it), or why not. CPU
-    work: off the event loop."""
+def load(schema_id: int, text: str, refs: Mapping[str, str] | None = None
+         ) -> tuple[AvroDecoder | None, str]:
+    """A decoder of the Avro schema ``text`` (the registry checked it), its references'
+    texts by name (dependencies first), or why not. CPU work: off the event loop."""
+    named: dict[str, Any] = {}
+    raw_refs: dict[str, Any] = {}
     try:
-        parsed = fastavro.parse_schema(json.loads(text))
+        for name, ref_text in (refs or {}).items():
+            raw_refs[name] = json.loads(ref_text)
+            fastavro.parse_schema(raw_refs[name], named_schemas=named)
+        raw = json.loads(text)
+        check_arrays(raw, raw_refs)
+        parsed = fastavro.parse_schema(raw, named_schemas=named)
+    except AvroSchemaError:
+        return None, (f"schema id {schema_id} has arrays of items that take no bytes: not "
+                      "decoded here")
     except Exception as exc:  # never fail the page
         return None, f"schema id {schema_id} does not parse: {str(exc)[:200]}"
-    if not bounded(parsed, {}):
+    if not bounded(parsed, dict(named)):
         return None, (f"schema id {schema_id} is recursive or has arrays of items that "
                       "take no bytes: not decoded here")
     return AvroDecoder(parsed), ""
