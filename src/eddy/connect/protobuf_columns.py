@@ -41,6 +41,8 @@ from eddy.connect.registry_client import RegisteredSchema, RegistryClient, Regis
 
 MAX_DEPTH = 32
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+#: google.protobuf.Timestamp's valid seconds (0001-01-01 and 9999-12-31T23:59:59, UTC)
+_MIN_SECONDS, _MAX_SECONDS = -62_135_596_800, 253_402_300_799
 
 
 class ProtobufSchemaError(ValueError):
@@ -170,6 +172,11 @@ class ProtobufDecoder:
                                       "cannot be")
         if desc.full_name == "google.protobuf.Timestamp":
             def stamp(m: Any) -> Any:
+                # Timestamp's documented range: 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z
+                if not (_MIN_SECONDS <= m.seconds <= _MAX_SECONDS
+                        and 0 <= m.nanos < 1_000_000_000):
+                    raise ProtobufSchemaError(f"a Timestamp ({m.seconds} s, {m.nanos} ns) "
+                                              "outside 0001-01-01..9999-12-31")
                 return _EPOCH + datetime.timedelta(seconds=m.seconds,
                                                    microseconds=m.nanos // 1000)
             return pa.timestamp("us", tz="UTC"), stamp
