@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,18 @@ def admin(node: EddyProcess) -> AdminClient:
     if node.bootstrap not in _ADMINS:
         _ADMINS[node.bootstrap] = AdminClient({"bootstrap.servers": node.bootstrap})
     return _ADMINS[node.bootstrap]
+
+
+def polled(node: EddyProcess, ask: Callable[[AdminClient], Any]) -> Any:
+    """``ask`` of ``node``'s admin client while nodes die: None when librdkafka times out
+    (it may have queued its request on the connection of the node just killed, retrying
+    there until the timeout); the next poll then starts with a new client, whose first
+    request goes to ``node``."""
+    try:
+        return ask(admin(node))
+    except KafkaException:
+        _ADMINS.pop(node.bootstrap, None)
+        return None
 
 
 def describe(node: EddyProcess, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
@@ -383,9 +396,12 @@ def test_three_nodes_one_cluster_controller_failover_and_full_restart(tmp_path: 
         survivors = [n for i, n in cluster.items() if i != dead]
         cluster[dead].kill()
         killed_at = time.monotonic()
-        wait_for(lambda: all(leader != dead and dead not in isr
-                             for leader, _, isr in describe(survivors[1], "orders").values()),
-                 30, "the dead node's partitions have new leaders", interval=0.05)
+        def moved_away() -> bool:
+            view = polled(survivors[1], lambda _: describe(survivors[1], "orders"))
+            return view is not None and all(leader != dead and dead not in isr
+                                            for leader, _, isr in view.values())
+
+        wait_for(moved_away, 30, "the dead node's partitions have new leaders", interval=0.05)
         moved_s = time.monotonic() - killed_at
         create(survivors[0], "after-kill", 2, 2, timeout=30)
         created_s = time.monotonic() - killed_at
@@ -396,8 +412,9 @@ def test_three_nodes_one_cluster_controller_failover_and_full_restart(tmp_path: 
         assert new_controller in IDS and new_controller != dead
         # leaders move as soon as the controller finds nothing listening where the dead
         # node served; the node leaves Metadata's broker list when its session ends
-        wait_for(lambda: all(len(admin(n).list_topics(timeout=10).brokers) == 2
-                             for n in survivors), 10, "the dead node fenced")
+        wait_for(lambda: all(len(getattr(polled(n, lambda a: a.list_topics(timeout=5)),
+                                         "brokers", ())) == 2 for n in survivors),
+                 10, "the dead node fenced")
         assert produce(survivors[1], "after-kill", 50, "b") == 50
         # the partitions that moved serve the new leader epoch: produce and consume work
         # (their old records stayed on the dead node: replication is the next issue's)
@@ -407,7 +424,8 @@ def test_three_nodes_one_cluster_controller_failover_and_full_restart(tmp_path: 
 
         # the dead node comes back: registered and unfenced again, back in every ISR
         cluster[dead].start()
-        wait_for(lambda: len(admin(survivors[0]).list_topics(timeout=10).brokers) == 3, 30,
+        wait_for(lambda: len(getattr(polled(survivors[0], lambda a: a.list_topics(timeout=5)),
+                                     "brokers", ())) == 3, 30,
                  "the restarted node listed again")
 
         # committed offsets live in the offsets Raft group: they survive the loss of the
@@ -422,8 +440,8 @@ def test_three_nodes_one_cluster_controller_failover_and_full_restart(tmp_path: 
                  "a new group coordinator")
         assert committed(others[1], "keep", "orders") == wanted
         cluster[coordinator].start()
-        wait_for(lambda: len(admin(others[0]).list_topics(timeout=10).brokers) == 3, 30,
-                 "the old coordinator back")
+        wait_for(lambda: len(getattr(polled(others[0], lambda a: a.list_topics(timeout=5)),
+                                     "brokers", ())) == 3, 30, "the old coordinator back")
 
         # every node killed at once and restarted: nothing committed is lost
         before = {t: describe(cluster[1], t) for t in ("orders", "after-kill")}
@@ -432,7 +450,8 @@ def test_three_nodes_one_cluster_controller_failover_and_full_restart(tmp_path: 
             n.kill()
         for n in cluster.values():
             n.start()
-        wait_for(lambda: all(len(admin(n).list_topics(timeout=10).brokers) == 3
+        wait_for(lambda: all(len(getattr(polled(n, lambda a: a.list_topics(timeout=5)),
+                                         "brokers", ())) == 3
                              for n in cluster.values()), 30, "all three back")
         assert topic_ids(cluster[3], ["orders", "after-kill"]) == ids_before
         for t, view in before.items():
