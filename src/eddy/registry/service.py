@@ -182,16 +182,14 @@ class RegistryService(ConfigModeOps, SchemaParsing):
                             "store", "Register operation timed out"):
             async with self._lock:
                 await self._log.sync()
-                schema_id = await self._register(subject, request, parsed, content)
-                entry = next((e for e in reversed(self.state.versions(subject))
-                              if e.id == schema_id), None)
-                return _registered(entry) if entry is not None else {"id": schema_id}
+                return _registered(await self._register(subject, request, parsed, content))
 
     async def _register(self, subject: str, request: SchemaRequest, parsed: ParsedSchema,
-                        content: tuple[str, str, tuple[rec.Reference, ...]]) -> int:
+                        content: tuple[str, str, tuple[rec.Reference, ...]]) -> VersionEntry:
+        """The version registered (or the one that already had the content)."""
         existing = self._matching(subject, content, request, include_deleted=False)
         if existing is not None and request.id in (None, existing.id):
-            return existing.id
+            return existing
         mode = self.mode_in_scope(subject)
         if mode in ("READONLY", "READONLY_OVERRIDE"):
             raise read_only(subject)
@@ -227,7 +225,10 @@ class RegistryService(ConfigModeOps, SchemaParsing):
         records += [(self.state.schema_key_bytes(subject, e.version), None) for e in every
                     if e.deleted and e.id == schema_id and e.version < version]
         await self._append(records)
-        return schema_id
+        entry = self.state.version(subject, version)  # applied: the append read it back
+        if entry is None:
+            raise RegistryError(500, STORE_ERROR, "the registered version was not read back")
+        return entry
 
     async def lookup(self, subject: str, request: SchemaRequest, *, normalize: bool = False,
                      deleted: bool = False) -> dict[str, Any]:
