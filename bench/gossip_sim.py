@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from eddy.mesh.gossip_sim import GossipSim, SimConfig
+from eddy.mesh.gossip.sim import GossipSim, SimConfig
 
 _TREE = ("Gossip", "IHave", "Graft", "Prune")
 

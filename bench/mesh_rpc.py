@@ -16,7 +16,7 @@ import time
 from multiprocessing.connection import Connection
 
 from eddy.mesh.identity import NodeIdentity
-from eddy.mesh.quic import MeshTransport
+from eddy.mesh.quic.transport import MeshTransport
 
 MIB = 1024 * 1024
 

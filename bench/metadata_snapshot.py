@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 
 from eddy.cluster.machine import MetadataMachine
-from eddy.cluster.metadata import encode_command
-from eddy.cluster.metadata.commands import (
+from eddy.metadata import encode_command
+from eddy.metadata.commands import (
     AlterTopicConfigs,
     BrokerHeartbeat,
     CreateAcl,
@@ -30,7 +30,7 @@ from eddy.cluster.metadata.commands import (
     RegisterBroker,
     UnfenceBroker,
 )
-from eddy.cluster.metadata.records import AclBinding, ConfigEntry
+from eddy.metadata.records import AclBinding, ConfigEntry
 
 BROKERS = (1, 2, 3)
 CONFIG_TOPIC = "bench.configs"

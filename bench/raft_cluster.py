@@ -47,14 +47,14 @@ from bench.metadata_snapshot import (
 )
 from eddy.clock import WallClock
 from eddy.cluster.machine import MetadataMachine
-from eddy.cluster.metadata import ApplyResult
 from eddy.cluster.multiraft import MultiRaft
 from eddy.cluster.raft.driver import RaftDriver, stored_snapshot
 from eddy.cluster.raft.ready import NotLeader, ProposalDropped, RaftConfig
-from eddy.cluster.raft_transport import MeshRaftTransport, Receiver, SendDone
+from eddy.cluster.raft.transport import MeshRaftTransport, Receiver, SendDone
 from eddy.config import load_config
 from eddy.mesh.identity import NodeIdentity
 from eddy.mesh.service import MeshService
+from eddy.metadata import ApplyResult
 
 GROUP = "metadata"
 NODES = (1, 2, 3)

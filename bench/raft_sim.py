@@ -14,7 +14,7 @@ import statistics
 import sys
 import time
 
-from eddy.cluster.raft.sim import Sim, SimConfig, SimResult
+from eddy.cluster.raft.sim.network import Sim, SimConfig, SimResult
 
 
 def _replay_cmd(nodes: int, seed: int, event: int | None) -> str:

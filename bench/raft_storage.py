@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import time
 
-from eddy.cluster.raft.storage import RaftStorage
+from eddy.cluster.raft.storage.disk import RaftStorage
 from eddy.cluster.raft.types import Entry, HardState
 
 

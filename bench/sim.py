@@ -1,4 +1,4 @@
-"""The whole-cluster simulation over many seeds (``eddy.cluster.sim_cluster``): 3- and
+"""The whole-cluster simulation over many seeds (``eddy.sim.cluster``): 3- and
 5-node clusters (metadata and offsets Raft groups, controllers, group coordinators,
 brokers, clients) under message loss, duplication, reordering, partitions, crashes losing
 unsynced writes, power cuts and clock jumps, all in virtual time. Prints failures (each
@@ -24,7 +24,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from eddy.cluster.sim_cluster import ClusterConfig, ClusterResult, ClusterSim
+from eddy.sim.cluster import ClusterConfig, ClusterResult, ClusterSim
 
 HEADER = (f"{'nodes':>5} {'seeds':>6} {'failures':>8} {'elections':>9} {'failovers':>9} "
           f"{'ctrl after crash ms':>19} {'crashes':>7} {'commands':>9} {'fences':>6} "
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             status |= r.failure is not None
         return status
     seeds = 10 if args.smoke else args.seeds
-    print("whole-cluster simulation (eddy.cluster.sim_cluster)")
+    print("whole-cluster simulation (eddy.sim.cluster)")
     print(HEADER)
     failed = False
     for n in sizes:

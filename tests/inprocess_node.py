@@ -1,4 +1,4 @@
-"""A node started by ``eddy.node.start_node`` in the test's process, on an event loop
+"""A node started by ``eddy.node.parts.start_node`` in the test's process, on an event loop
 thread of its own: tests read its state on that loop (``run``) while real clients talk to
 its Kafka listener."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from eddy.clock import WallClock
 from eddy.config import load_config
-from eddy.node import Node, start_node, stop_node
+from eddy.node.parts import Node, start_node, stop_node
 
 
 class InProcessNode:

@@ -9,14 +9,14 @@ import asyncio
 from typing import Any
 
 from eddy.clock import ManualClock
-from eddy.cluster.controller_rpc import ControllerReply, decode_request
-from eddy.cluster.controller_service import ControllerService
+from eddy.cluster.controller.rpc import ControllerReply, decode_request
+from eddy.cluster.controller.service import ControllerService
 from eddy.cluster.machine import MetadataMachine
-from eddy.cluster.metadata import ApplyResult, encode_command
-from eddy.cluster.metadata.commands import CreateTopic, RegisterBroker, UnfenceBroker
 from eddy.cluster.service import controller_config
 from eddy.config import load_config
-from eddy.mesh.postcard import PostcardError
+from eddy.metadata import ApplyResult, encode_command
+from eddy.metadata.commands import CreateTopic, RegisterBroker, UnfenceBroker
+from eddy.postcard import PostcardError
 
 BROKER_KEY = bytes(range(32))
 

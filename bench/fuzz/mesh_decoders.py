@@ -37,17 +37,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench.fuzz.membership_target import check_membership, membership_seeds
-from eddy.broker.txn_raft import pending_key, split, txn_key
-from eddy.cluster.controller_rpc import (
+from eddy import postcard
+from eddy.cluster.controller.rpc import (
     ControllerReply,
     ControllerRequest,
     CreateTopicRequest,
     HeartbeatRequest,
     RegisterRequest,
 )
-from eddy.cluster.metadata.commands import MetadataCommand
-from eddy.cluster.metadata.records import MetadataSnapshot
-from eddy.cluster.metadata.state import MetadataSnapshotError, MetadataState
 from eddy.cluster.offsets import OffsetsEntry, OffsetsMachine, OffsetsSnapshot
 from eddy.cluster.raft.core import RaftNode
 from eddy.cluster.raft.memstore import MemoryLogStore
@@ -60,12 +57,7 @@ from eddy.cluster.raft.messages import (
 )
 from eddy.cluster.raft.ready import RaftConfig
 from eddy.cluster.raft.types import ConfState
-from eddy.cluster.txn_rpc import WriteMarkersReply, WriteMarkersRequest
-from eddy.cluster.txn_rpc import decode_reply as decode_markers_reply
-from eddy.cluster.txn_rpc import decode_request as decode_markers_request
-from eddy.gateway.acting import check_client
 from eddy.gateway.ops import OPS
-from eddy.mesh import postcard
 from eddy.mesh.announce import (
     Announcement,
     BadAnnouncement,
@@ -112,11 +104,15 @@ from eddy.mesh.frames import (
     encode_frame,
     parse_frame,
 )
-from eddy.mesh.gossip_messages import GossipMessage, GossipMessageError, Join, PeerRef
-from eddy.mesh.gossip_messages import Ping as GossipPing
-from eddy.mesh.gossip_messages import validate as validate_gossip
-from eddy.mesh.postcard import PostcardError
+from eddy.mesh.gossip.messages import GossipMessage, GossipMessageError, Join, PeerRef
+from eddy.mesh.gossip.messages import Ping as GossipPing
+from eddy.mesh.gossip.messages import validate as validate_gossip
+from eddy.metadata.commands import MetadataCommand
+from eddy.metadata.records import MetadataSnapshot
+from eddy.metadata.state import MetadataSnapshotError, MetadataState
+from eddy.postcard import PostcardError
 from eddy.security.acl import AclOperation, ResourceType
+from eddy.security.acting import check_client
 from eddy.security.remote_authorizer import (
     AuthorizationError,
     any_check,
@@ -125,6 +121,10 @@ from eddy.security.remote_authorizer import (
 )
 from eddy.security.remote_authorizer import check_request as check_authorize_request
 from eddy.security.remote_credentials import CredentialError, check_request, credential_of
+from eddy.txn.raft_store import pending_key, split, txn_key
+from eddy.txn.rpc import WriteMarkersReply, WriteMarkersRequest
+from eddy.txn.rpc import decode_reply as decode_markers_reply
+from eddy.txn.rpc import decode_request as decode_markers_request
 
 MAX_PAYLOAD = 1 << 16
 MESSAGES: list[Any] = [

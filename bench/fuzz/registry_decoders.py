@@ -67,24 +67,22 @@ from bench.fuzz.registry_seeds import (
     TOKENS,
     seed_inputs,
 )
-from eddy.observe import pipeline_status
-from eddy.registry import (
-    avro_compat,
-    avro_schema,
-    forward_wire,
-    json_schema,
-    protobuf_compat,
-    protobuf_schema,
-)
-from eddy.registry import http_server as hs
+from eddy.formats.avro import compat as avro_compat
+from eddy.formats.avro import schema as avro_schema
+from eddy.formats.base import InvalidSchema, References
+from eddy.formats.json_schema import schema as json_schema
+from eddy.formats.protobuf import compat as protobuf_compat
+from eddy.formats.protobuf import schema as protobuf_schema
+from eddy.registry import forward_wire
 from eddy.registry import records as rec
 from eddy.registry.contract import RegistryError
-from eddy.registry.formats import InvalidSchema, References
 from eddy.registry.guid import parse_guid, schema_guid
+from eddy.registry.http import server as hs
 from eddy.registry.requests import SchemaRequest, parse_level, parse_mode, parse_version
 from eddy.registry.schema_ops import entity
 from eddy.registry.state import SchemaState
 from eddy.security.http_auth import HttpAuthError, parse_basic
+from eddy.telemetry import pipeline_status
 
 #: Protobuf's parser costs ~7 us per character: texts (references included) above this are
 #: not given to it (the other parsers take every input)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from eddy.observe.pipeline_status import PipelineStatus
-from eddy.registry import forward_wire, protobuf_schema
+from eddy.formats.protobuf import schema as protobuf_schema
+from eddy.registry import forward_wire
+from eddy.telemetry.pipeline_status import PipelineStatus
 
 
 def _j(value: Any) -> str:

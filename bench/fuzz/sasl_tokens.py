@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from eddy.cluster.metadata.records import ScramCredential
-from eddy.cluster.scram import MECHANISMS, derive_keys, salted_password
+from eddy.metadata.records import ScramCredential
 from eddy.security.sasl import SaslFailure, make_exchange
+from eddy.security.scram import MECHANISMS, derive_keys, salted_password
 
 _SALT = b"fuzz-salt-16byte"
 _PASSWORD = b"fuzz-password"

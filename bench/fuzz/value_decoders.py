@@ -16,7 +16,7 @@ to:
   ``__value_schema_id`` / ``__key_schema_id``); and each decoder's ``decode`` on the
   values, on each value alone (the same answer as in the batch), and with the schema ids
   the headers give (``confluent_wire.parse_header``) when the decoders take them;
-- the console's message browser (eddy.observe.console.decode): ``SchemaLookup.resolve``
+- the console's message browser (eddy.observe.console.decode.values): ``SchemaLookup.resolve``
   of the framed ids, ``show_bytes`` of every value (never raises), and each found
   decoder's ``decode`` on the payload directly (``NotDecoded``, or an exception raised
   inside a library such as fastavro or protobuf, is the documented outcome; one raised in
@@ -71,8 +71,8 @@ from bench.fuzz.mesh_decoders import (
 )
 from bench.fuzz.registry_decoders import Report, Timer, signature
 from eddy.connect import confluent_wire, value_decoding
-from eddy.observe.console import decode as console
-from eddy.observe.console.decode_proto import NotDecoded
+from eddy.observe.console.decode import values as console
+from eddy.observe.console.decode.protobuf import NotDecoded
 
 MAX_INPUT = 64 * 1024
 MAX_RECORDS = 8

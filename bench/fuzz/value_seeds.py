@@ -29,7 +29,7 @@ from eddy.connect.registry_client import RegistryError as ClientError
 from eddy.registry.contract import RegistryError
 from eddy.registry.memory_log import MemoryLog
 from eddy.registry.requests import SchemaRequest
-from eddy.registry.service import RegistryService
+from eddy.registry.service.core import RegistryService
 from eddy.registry.state import SchemaState
 
 SEP = b"\xff\x00\xfe\x00"

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from eddy.observe.pipeline_status import STATUS_TOPIC, decode
+from eddy.telemetry.pipeline_status import STATUS_TOPIC, decode
 
 from .pipeline_helpers import create_topic, produce, read_topic, run_eddy, write_pipeline
 

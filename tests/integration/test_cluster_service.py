@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from eddy.clock import WallClock
-from eddy.cluster.controller_rpc import (
+from eddy.cluster.controller.rpc import (
     CreateTopicRequest,
     DeleteTopicRequest,
     HeartbeatRequest,
@@ -22,15 +22,15 @@ from eddy.cluster.controller_rpc import (
     QuorumRequest,
     RegisterRequest,
 )
-from eddy.cluster.metadata import encode_command
-from eddy.cluster.metadata.commands import AlterTopicConfigs, FenceBroker
-from eddy.cluster.metadata.records import ConfigEntry
-from eddy.cluster.raft_admin import TRANSFER, ClusterRaftAdmin
+from eddy.cluster.raft.admin import TRANSFER, ClusterRaftAdmin
 from eddy.cluster.service import ClusterService
 from eddy.config import load_config
 from eddy.mesh.control import RaftChangeRequest
 from eddy.mesh.identity import NodeIdentity
 from eddy.mesh.service import MeshService
+from eddy.metadata import encode_command
+from eddy.metadata.commands import AlterTopicConfigs, FenceBroker
+from eddy.metadata.records import ConfigEntry
 from eddy.protocol.errors import ErrorCode
 
 IDS = (1, 2, 3)

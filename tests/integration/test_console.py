@@ -436,7 +436,7 @@ def test_assignment_and_schema_checks_bound_hostile_bytes() -> None:
 
     import fastavro
 
-    from eddy.observe.console.decode_avro import bounded as _bounded
+    from eddy.observe.console.decode.avro import bounded as _bounded
     from eddy.observe.console.groups import decode_assignment
 
     good = struct.pack(">hi", 0, 1) + struct.pack(">h", 6) + b"orders" + struct.pack(

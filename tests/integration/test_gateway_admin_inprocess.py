@@ -28,7 +28,7 @@ from eddy.broker.server import KafkaServer
 from eddy.clock import WallClock
 from eddy.config import BrokerConfig
 from eddy.gateway import ops_admin as oa
-from eddy.gateway.handlers import GATEWAY_HANDLERS, GATEWAY_VERSIONS
+from eddy.gateway.handlers.table import GATEWAY_HANDLERS, GATEWAY_VERSIONS
 from eddy.gateway.node import Gateway
 from eddy.gateway.routes import pick_node
 

@@ -23,7 +23,7 @@ from eddy.broker.server import KafkaServer
 from eddy.clock import WallClock
 from eddy.config import BrokerConfig
 from eddy.gateway.executor import OpExecutor
-from eddy.gateway.handlers import GATEWAY_HANDLERS, GATEWAY_VERSIONS
+from eddy.gateway.handlers.table import GATEWAY_HANDLERS, GATEWAY_VERSIONS
 from eddy.gateway.node import Gateway
 from eddy.gateway.ops import OpError, OpFailed, OpTimeout, OpUnavailable
 from eddy.gateway.routes import TopicRoute, pick_node

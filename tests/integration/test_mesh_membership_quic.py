@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from eddy.mesh.identity import NodeIdentity
 from eddy.mesh.membership import OID, MembershipToken, extension, make_token
-from eddy.mesh.quic import MeshTransport, PeerRefused
-from eddy.mesh.quic_errors import CloseCode
+from eddy.mesh.quic.errors import CloseCode
+from eddy.mesh.quic.transport import MeshTransport, PeerRefused
 
 
 async def _echo(peer: bytes, data: bytes) -> bytes:

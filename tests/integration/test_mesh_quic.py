@@ -14,7 +14,7 @@ from aioquic.asyncio import connect as aioquic_connect
 from aioquic.quic.configuration import QuicConfiguration
 
 from eddy.mesh.identity import NodeIdentity
-from eddy.mesh.quic import (
+from eddy.mesh.quic.transport import (
     ALPN,
     IdentityMismatch,
     MeshError,

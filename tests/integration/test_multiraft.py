@@ -17,7 +17,7 @@ from eddy.cluster.multiraft import MultiRaft, group_id
 from eddy.cluster.raft.driver import RaftDriver
 from eddy.cluster.raft.messages import Heartbeat, encode_message
 from eddy.cluster.raft.ready import NotLeader, RaftConfig
-from eddy.cluster.raft_transport import MeshRaftTransport
+from eddy.cluster.raft.transport import MeshRaftTransport
 from eddy.config import load_config
 from eddy.mesh.frames import TAG_RAFT
 from eddy.mesh.identity import NodeIdentity

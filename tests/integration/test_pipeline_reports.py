@@ -14,7 +14,7 @@ from test_admin_http import admin_url, get
 
 from eddy.connect.progress import Snapshot
 from eddy.connect.status_reporter import StatusReporter
-from eddy.observe.pipeline_status import STATUS_TOPIC
+from eddy.telemetry.pipeline_status import STATUS_TOPIC
 
 
 def pipeline_samples(url: str) -> dict[tuple[str, str], float]:

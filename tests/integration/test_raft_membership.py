@@ -27,9 +27,9 @@ from eddy.cluster.raft.driver import (
     bootstrap,
 )
 from eddy.cluster.raft.ready import NotLeader, RaftConfig
-from eddy.cluster.raft.storage import RaftStorage
+from eddy.cluster.raft.storage.disk import RaftStorage
+from eddy.cluster.raft.transport import InMemoryRaftNetwork, decode_inbound
 from eddy.cluster.raft.types import ConfState
-from eddy.cluster.raft_transport import InMemoryRaftNetwork, decode_inbound
 from eddy.log.file_cache import FileCache
 
 CFG = RaftConfig(group=9, heartbeat_ms=50, election_timeout_ms=150)

@@ -45,8 +45,8 @@ from kafka.admin import ResourceType as KpResourceType
 from kafka.errors import SecurityDisabledError
 
 from eddy.broker.handlers.users import describe
-from eddy.cluster.metadata.records import ScramCredential
-from eddy.cluster.scram import derive_keys, mechanism, salted_password
+from eddy.metadata.records import ScramCredential
+from eddy.security.scram import derive_keys, mechanism, salted_password
 
 TIMEOUT = 20
 SHA256, SHA512 = ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512

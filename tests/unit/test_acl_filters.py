@@ -15,8 +15,8 @@ from eddy.broker.handlers.acls import (
     plan_creations,
     plan_deletions,
 )
-from eddy.cluster.metadata import MetadataState
-from eddy.cluster.metadata.records import AclBinding
+from eddy.metadata import MetadataState
+from eddy.metadata.records import AclBinding
 from eddy.protocol.errors import ErrorCode
 from eddy.security.acl import AclOperation, PatternType, Permission, ResourceType
 from eddy.security.acl_filters import (

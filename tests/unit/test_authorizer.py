@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from eddy.cluster.metadata.records import AclBinding
+from eddy.metadata.records import AclBinding
 from eddy.security.acl import (
     CLUSTER_NAME,
     AclOperation,

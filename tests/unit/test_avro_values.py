@@ -253,7 +253,7 @@ def test_zero_width_arrays_are_refused_wherever_they_hide() -> None:
     """An array whose items take no bytes lets a 10-byte count loop 2**62 times: refused in
     the reader schema itself (which reads records written with it), in a writer, and in a
     named type a schema uses from a reference."""
-    from eddy.connect.avro_checks import check_arrays
+    from eddy.formats.avro.checks import check_arrays
 
     empty = {"type": "record", "name": "Empty", "namespace": "t", "fields": []}
     nulls = record({"name": "n", "type": {"type": "array", "items": "null"}})

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from eddy.cluster.metadata import MetadataState
-from eddy.cluster.metadata.commands import RegisterBroker
-from eddy.cluster.metadata.endpoints import (
+from eddy.metadata import MetadataState
+from eddy.metadata.commands import RegisterBroker
+from eddy.metadata.endpoints import (
     check_endpoints,
     encode_endpoints,
     endpoint,

@@ -1,4 +1,4 @@
-"""The whole-cluster simulation (``eddy.cluster.sim_cluster``): a few hundred seeds of 3-
+"""The whole-cluster simulation (``eddy.sim.cluster``): a few hundred seeds of 3-
 and 5-node clusters (metadata and offsets Raft groups, controllers, group coordinators,
 brokers, clients) under message loss, duplication, reordering, partitions, crashes losing
 unsynced writes, power cuts and clock jumps. Every Raft, metadata and coordinator invariant
@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import pytest
 
-from eddy.cluster.metadata import ApplyResult, MetadataState
-from eddy.cluster.metadata.commands import CreateTopic, FenceBroker, RegisterBroker, UnfenceBroker
 from eddy.cluster.raft.core import RaftNode
 from eddy.cluster.raft.messages import Heartbeat
 from eddy.cluster.raft.ready import ReadState, Ready
-from eddy.cluster.raft.sim_kv import HistOp, KvOp
-from eddy.cluster.raft.sim_lockstep import LockstepCluster
+from eddy.cluster.raft.sim.kv import HistOp, KvOp
+from eddy.cluster.raft.sim.lockstep import LockstepCluster
 from eddy.cluster.raft.types import Entry
-from eddy.cluster.sim_cluster import ClusterConfig, ClusterResult, ClusterSim
-from eddy.cluster.sim_cluster_check import MetaChecker, SafetyViolation
-from eddy.cluster.sim_cluster_node import (
+from eddy.metadata import ApplyResult, MetadataState
+from eddy.metadata.commands import CreateTopic, FenceBroker, RegisterBroker, UnfenceBroker
+from eddy.sim.check import MetaChecker, SafetyViolation
+from eddy.sim.cluster import ClusterConfig, ClusterResult, ClusterSim
+from eddy.sim.node import (
     CLIENT_BASE,
     CommitRequest,
     FetchRequest,
@@ -32,14 +32,14 @@ from eddy.cluster.sim_cluster_node import (
     Rpc,
     node_key,
 )
-from eddy.cluster.sim_cluster_offsets import (
+from eddy.sim.offsets.clients import OFFSETS_CLIENT_BASE, TOPIC, register
+from eddy.sim.offsets.group import (
     NOT_COORDINATOR,
     OffsetsGroup,
     Replica,
     rebuilt_offsets,
 )
-from eddy.cluster.sim_cluster_offsets_clients import OFFSETS_CLIENT_BASE, TOPIC, register
-from eddy.cluster.sim_cluster_service import Responder
+from eddy.sim.service import Responder
 
 #: shorter runs than the bench's (a failure's replay command names these settings)
 DURATION_MS = 3_000

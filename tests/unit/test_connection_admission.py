@@ -7,13 +7,13 @@ import logging
 
 import pytest
 
-from eddy.broker.connection_limits import (
+from eddy.config import ConfigError, load_config
+from eddy.security.connection_limits import (
     ConnectionLimits,
     LogThrottle,
     normalise_ip,
     resolve_overrides,
 )
-from eddy.config import ConfigError, load_config
 
 
 def test_per_ip_limit_refuses_the_next_and_frees_on_release() -> None:

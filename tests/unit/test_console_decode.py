@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from eddy.observe.console.decode import (
+from eddy.observe.console.decode.protobuf import NotDecoded, read_indexes, read_varint
+from eddy.observe.console.decode.values import (
     MAX_JSON_DEPTH,
     SHOWN_BYTES,
     Found,
@@ -22,11 +23,10 @@ from eddy.observe.console.decode import (
     Shown,
     show_bytes,
 )
-from eddy.observe.console.decode_proto import NotDecoded, read_indexes, read_varint
 from eddy.observe.console.messages import _format
 from eddy.registry.memory_log import MemoryLog
 from eddy.registry.requests import SchemaRequest
-from eddy.registry.service import RegistryService
+from eddy.registry.service.core import RegistryService
 from eddy.registry.state import SchemaState
 
 SHOP = """syntax = "proto3";
@@ -258,7 +258,7 @@ def test_schemas_that_cannot_load_say_why(registry: dict[str, Any]) -> None:
 def test_avro_references_are_checked_like_the_schema() -> None:
     """A type from a reference is decoded with it, and refused as the schema would be: an
     array of zero-width items, or a type that contains itself."""
-    from eddy.observe.console.decode_avro import load
+    from eddy.observe.console.decode.avro import load
 
     nothing = json.dumps({"type": "record", "name": "Holder", "namespace": "r", "fields": [
         {"name": "xs", "type": {"type": "array", "items": {

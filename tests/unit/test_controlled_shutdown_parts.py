@@ -8,15 +8,15 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from eddy.cluster.controller_client import BrokerAgent, ControllerUnavailable
-from eddy.cluster.controller_rpc import (
+from eddy.cluster.controller.client import BrokerAgent, ControllerUnavailable
+from eddy.cluster.controller.rpc import (
     ControlledShutdownRequest,
     ControllerReply,
     ControllerRequest,
     HeartbeatRequest,
     reply,
 )
-from eddy.cluster.raft_handover import hand_over_raft
+from eddy.cluster.raft.handover import hand_over_raft
 from eddy.protocol.errors import ErrorCode
 
 

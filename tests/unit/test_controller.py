@@ -10,8 +10,9 @@ from collections.abc import Sequence
 import pytest
 
 from eddy.cluster.controller import Controller, ControllerConfig, ControllerError
-from eddy.cluster.metadata import NO_LEADER, MetadataState, encode_command
-from eddy.cluster.metadata.commands import (
+from eddy.cluster.placement import HashRing
+from eddy.metadata import NO_LEADER, MetadataState, encode_command
+from eddy.metadata.commands import (
     AllocateProducerIds,
     ChangeIsr,
     ChangePartitionLeader,
@@ -21,8 +22,7 @@ from eddy.cluster.metadata.commands import (
     RegisterBroker,
     UnfenceBroker,
 )
-from eddy.cluster.metadata.records import PartitionRecord
-from eddy.cluster.placement import HashRing
+from eddy.metadata.records import PartitionRecord
 from eddy.protocol.errors import ErrorCode
 
 E = ErrorCode

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 import pytest
 from test_controller import Cluster, _expand_isrs
 
+from eddy import postcard
 from eddy.cluster.controller import ControllerError
 from eddy.cluster.controller.elections import PREFERRED, UNCLEAN, ElectionOutcome
-from eddy.cluster.controller_elections import ElectionRpcs
-from eddy.cluster.controller_rpc import (
+from eddy.cluster.controller.rpc import (
     ControlledShutdownRequest,
     ElectionTopic,
     ElectLeadersRequest,
@@ -23,9 +23,9 @@ from eddy.cluster.controller_rpc import (
     decode_request,
     reply,
 )
-from eddy.cluster.metadata import NO_LEADER, ApplyResult, MetadataCommand, encode_command
-from eddy.cluster.metadata.commands import ChangeIsr, ChangePartitionLeader
-from eddy.mesh import postcard
+from eddy.cluster.controller.service_elections import ElectionRpcs
+from eddy.metadata import NO_LEADER, ApplyResult, MetadataCommand, encode_command
+from eddy.metadata.commands import ChangeIsr, ChangePartitionLeader
 from eddy.protocol.errors import ErrorCode
 
 E = ErrorCode

@@ -11,14 +11,14 @@ import socket
 from eddy.cluster.controller import Controller, ControllerConfig
 from eddy.cluster.leader_watch import RaftLeaderWatch
 from eddy.cluster.liveness_probe import refuses
-from eddy.cluster.metadata import MetadataState, encode_command
-from eddy.cluster.metadata.commands import (
+from eddy.cluster.placement import HashRing
+from eddy.metadata import MetadataState, encode_command
+from eddy.metadata.commands import (
     ChangePartitionLeader,
     FenceBroker,
     MetadataCommand,
     RegisterBroker,
 )
-from eddy.cluster.placement import HashRing
 
 HB = 250
 

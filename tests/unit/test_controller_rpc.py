@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from eddy.cluster.controller_rpc import (
+from eddy import postcard
+from eddy.cluster.controller.rpc import (
     CreateTopicRequest,
     HeartbeatRequest,
     ImportOffsetsRequest,
@@ -14,9 +15,8 @@ from eddy.cluster.controller_rpc import (
     error_of,
     reply,
 )
-from eddy.cluster.metadata.records import ConfigEntry
-from eddy.mesh import postcard
-from eddy.mesh.postcard import PostcardError
+from eddy.metadata.records import ConfigEntry
+from eddy.postcard import PostcardError
 from eddy.protocol.errors import ErrorCode
 
 

@@ -12,9 +12,9 @@ import random
 import pytest
 
 from eddy.cluster.controller import Controller, ControllerConfig, ControllerError
-from eddy.cluster.metadata import NO_LEADER, MetadataState, encode_command
-from eddy.cluster.metadata.commands import ChangeIsr, MetadataCommand, RegisterBroker
 from eddy.cluster.placement import HashRing
+from eddy.metadata import NO_LEADER, MetadataState, encode_command
+from eddy.metadata.commands import ChangeIsr, MetadataCommand, RegisterBroker
 
 NODES = (1, 2, 3, 4, 5)
 STEP_MS = 50

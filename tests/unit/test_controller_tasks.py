@@ -7,8 +7,9 @@ import pytest
 
 from eddy.cluster.controller import Controller, ControllerConfig, ControllerError
 from eddy.cluster.controller.tasks import MAX_HOSTED_TOPICS, StorageGc, TaskSchedule
-from eddy.cluster.metadata import MetadataState
-from eddy.cluster.metadata.commands import (
+from eddy.cluster.placement import HashRing
+from eddy.metadata import MetadataState
+from eddy.metadata.commands import (
     CreateTopic,
     DeleteTopic,
     MetadataCommand,
@@ -16,7 +17,6 @@ from eddy.cluster.metadata.commands import (
     RegisterPipeline,
     UnregisterBroker,
 )
-from eddy.cluster.placement import HashRing
 from eddy.protocol.errors import ErrorCode
 
 

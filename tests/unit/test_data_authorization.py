@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from eddy.broker.handlers import coordinator, fetch, produce, producer_id, transactions
-from eddy.cluster.metadata.records import AclBinding
+from eddy.metadata.records import AclBinding
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, request_module
 from eddy.protocol.errors import ErrorCode

@@ -18,7 +18,9 @@ from kio.static.primitive import i8, i32, i32Timedelta
 from test_controller import Cluster, _expand_isrs
 from test_controller_elections import _moved_away
 
+from eddy import postcard
 from eddy.broker.handlers.elect_leaders import elect_leaders
+from eddy.cluster.controller.client import ControllerUnavailable
 from eddy.cluster.controller.elections import (
     ELIGIBLE_MESSAGE,
     NOT_NEEDED_MESSAGE,
@@ -26,10 +28,8 @@ from eddy.cluster.controller.elections import (
     PREFERRED_MESSAGE,
     UNCLEAN,
 )
-from eddy.cluster.controller_client import ControllerUnavailable
-from eddy.cluster.controller_elections import ElectionRpcs
-from eddy.cluster.controller_outcomes import error_message
-from eddy.cluster.controller_rpc import (
+from eddy.cluster.controller.outcomes import error_message
+from eddy.cluster.controller.rpc import (
     ControllerReply,
     ElectLeadersRequest,
     PartitionOutcome,
@@ -37,9 +37,9 @@ from eddy.cluster.controller_rpc import (
     decode_reply,
     reply,
 )
-from eddy.cluster.metadata import ApplyResult, MetadataCommand, MetadataState, encode_command
-from eddy.cluster.metadata.commands import ChangeIsr
-from eddy.mesh import postcard
+from eddy.cluster.controller.service_elections import ElectionRpcs
+from eddy.metadata import ApplyResult, MetadataCommand, MetadataState, encode_command
+from eddy.metadata.commands import ChangeIsr
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request
 from eddy.protocol.errors import ErrorCode

@@ -55,6 +55,7 @@ from kio.schema.offset_delete.v0.request import (
     OffsetDeleteRequestTopic,
 )
 
+from eddy import postcard
 from eddy.broker.broker import Broker
 from eddy.broker.handlers import configs
 from eddy.clock import ManualClock
@@ -62,11 +63,10 @@ from eddy.config import BrokerConfig
 from eddy.gateway import ops
 from eddy.gateway import ops_admin as oa
 from eddy.gateway.executor import RUNNERS, OpExecutor
-from eddy.gateway.handlers import GATEWAY_HANDLERS, GATEWAY_VERSIONS
+from eddy.gateway.handlers.table import GATEWAY_HANDLERS, GATEWAY_VERSIONS
 from eddy.gateway.mesh_link import DirectoryRoutes
 from eddy.gateway.node import Gateway
 from eddy.gateway.routes import TopicRoute
-from eddy.mesh import postcard
 from eddy.mesh.directory import Directory, NodeInfo, Route
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
+from eddy import postcard
 from eddy.gateway.mesh_link import KafkaOpServer, MeshForwarder
 from eddy.gateway.ops import OpFailed, OpTimeout, OpUnavailable, UnknownOp
-from eddy.mesh import postcard
 from eddy.mesh.directory import Directory, NodeInfo
 from eddy.mesh.frames import TAG_KAFKA_OP, Frame, KafkaOpRequest, KafkaOpResponse
 

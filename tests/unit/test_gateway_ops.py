@@ -24,15 +24,15 @@ from kio.schema.produce.v9.request import (
     TopicProduceData,
 )
 
+from eddy import postcard
 from eddy.broker.broker import Broker
 from eddy.clock import ManualClock
 from eddy.config import BrokerConfig
 from eddy.gateway import ops
 from eddy.gateway.executor import OpExecutor
-from eddy.gateway.handlers import GATEWAY_HANDLERS
+from eddy.gateway.handlers.table import GATEWAY_HANDLERS
 from eddy.gateway.node import Gateway
 from eddy.gateway.routes import TopicRoute, pick_node
-from eddy.mesh import postcard
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request
 from eddy.protocol.errors import ErrorCode

@@ -1,5 +1,5 @@
 """The gateway's partition-leadership ops (eddy.gateway.ops_admin 0x29-0x2C, handlers in
-eddy.gateway.handlers_partitions): hostile payloads, the owner's runners against a real
+eddy.gateway.handlers.partitions): hostile payloads, the owner's runners against a real
 Broker (a broker on its own: the leader and only replica of all it holds), and the
 gateway's splitting by owner and merging with a scripted forwarder (one node answering, one
 unreachable, one too slow)."""
@@ -31,16 +31,16 @@ from kio.schema.offset_for_leader_epoch.v4.request import (
     OffsetForLeaderTopic,
 )
 
+from eddy import postcard
 from eddy.broker.broker import Broker
 from eddy.clock import ManualClock
 from eddy.config import BrokerConfig
 from eddy.gateway import ops
 from eddy.gateway import ops_admin as oa
 from eddy.gateway.executor import RUNNERS, OpExecutor
-from eddy.gateway.handlers import GATEWAY_HANDLERS, GATEWAY_VERSIONS
+from eddy.gateway.handlers.table import GATEWAY_HANDLERS, GATEWAY_VERSIONS
 from eddy.gateway.node import Gateway
 from eddy.gateway.routes import TopicRoute
-from eddy.mesh import postcard
 from eddy.protocol.apis import SUPPORTED, ApiKey
 from eddy.protocol.codec import Request
 from eddy.protocol.errors import ErrorCode

@@ -10,11 +10,8 @@ from typing import Any
 import pytest
 from scramp import ScramClient
 
-from eddy.cluster.metadata.records import ScramCredential
-from eddy.cluster.scram import MECHANISMS, derive_keys, salted_password
-from eddy.gateway.acting import ClientId, acting_for, check_client, current_client
+from eddy import postcard
 from eddy.gateway.mesh_link import KafkaOpServer, MeshForwarder
-from eddy.mesh import postcard
 from eddy.mesh.directory import DEAD, Directory, NodeInfo
 from eddy.mesh.frames import (
     KAFKA_OP_STATUS_FAILED,
@@ -29,8 +26,10 @@ from eddy.mesh.frames import (
     KafkaOpRequest,
     KafkaOpResponse,
 )
+from eddy.metadata.records import ScramCredential
 from eddy.protocol.codec import Request
 from eddy.protocol.errors import ErrorCode
+from eddy.security.acting import ClientId, acting_for, check_client, current_client
 from eddy.security.remote_credentials import (
     CredentialCache,
     CredentialError,
@@ -44,6 +43,7 @@ from eddy.security.remote_credentials import (
     first_user,
 )
 from eddy.security.sasl import SaslFailure
+from eddy.security.scram import MECHANISMS, derive_keys, salted_password
 from eddy.security.session import Session
 
 PASSWORD = "s3cret"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from eddy.mesh.gossip_sim import GossipSim, SimConfig
+from eddy.mesh.gossip.sim import GossipSim, SimConfig
 
 N = 100
 
@@ -130,8 +130,8 @@ def test_same_seed_same_run() -> None:
 
 
 def test_every_message_survives_the_postcard_wire() -> None:
-    from eddy.mesh import postcard
-    from eddy.mesh.gossip_messages import GossipMessage
+    from eddy import postcard
+    from eddy.mesh.gossip.messages import GossipMessage
 
     def wire(msg: GossipMessage) -> GossipMessage:
         back: GossipMessage = postcard.decode(GossipMessage, postcard.encode(msg))

@@ -9,10 +9,10 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from eddy.broker.groups_raft import RaftGroupStore
 from eddy.broker.handlers.groups import _confirmed
 from eddy.cluster.raft.driver import WriteTimeout
 from eddy.cluster.raft.ready import NotLeader
+from eddy.groups.raft_store import RaftGroupStore
 
 
 class Driver:

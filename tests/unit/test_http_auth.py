@@ -17,14 +17,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from eddy.cluster.metadata.records import AclBinding, ScramCredential
-from eddy.cluster.scram import MECHANISMS, derive_keys, salted_password
+from eddy.metadata.records import AclBinding, ScramCredential
 from eddy.registry.access import topic_of_subject
-from eddy.registry.http_routes import add_routes
-from eddy.registry.http_server import make_app
+from eddy.registry.http.routes import add_routes
+from eddy.registry.http.server import make_app
 from eddy.registry.memory_log import MemoryLog
 from eddy.registry.role import _refusal
-from eddy.registry.service import RegistryService
+from eddy.registry.service.core import RegistryService
 from eddy.registry.state import SchemaState
 from eddy.security.acl import AclOperation, PatternType, Permission, ResourceType
 from eddy.security.authorizer import Authorizer
@@ -38,6 +37,7 @@ from eddy.security.http_auth import (
     denied_message,
     parse_basic,
 )
+from eddy.security.scram import MECHANISMS, derive_keys, salted_password
 
 V1 = "application/vnd.schemaregistry.v1+json"
 SCHEMA = json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]})

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from eddy.mesh.gossip_messages import (
+from eddy.mesh.gossip.hyparview import HyParView, HyParViewConfig
+from eddy.mesh.gossip.messages import (
     Disconnect,
     ForwardJoin,
     Join,
@@ -16,7 +17,6 @@ from eddy.mesh.gossip_messages import (
     Shuffle,
     ShuffleReply,
 )
-from eddy.mesh.hyparview import HyParView, HyParViewConfig
 
 
 def nid(i: int) -> bytes:

@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from eddy.config import ConfigError, load_config
-from eddy.observe.log_format import TEXT_FORMAT, JsonFormatter, formatter
+from eddy.telemetry.log_format import TEXT_FORMAT, JsonFormatter, formatter
 
 
 def _record(msg: str, *args: object, exc: bool = False) -> logging.LogRecord:

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from eddy.mesh import postcard
+from eddy import postcard
 from eddy.mesh.announce import (
     Announcement,
     BadAnnouncement,

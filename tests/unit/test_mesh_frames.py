@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from opentelemetry import trace
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from eddy.mesh import postcard
+from eddy import postcard
 from eddy.mesh.frames import (
     POINTER_THRESHOLD,
     TAG_CONTROL_RPC,

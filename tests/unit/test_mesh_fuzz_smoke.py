@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the bench package lives beside src/, not inside it
 
 from bench.fuzz import mesh_decoders  # noqa: E402
-from eddy.mesh import postcard  # noqa: E402
+from eddy import postcard  # noqa: E402
 from eddy.mesh.frames import encode_frame, parse_frame  # noqa: E402
 
 

@@ -80,7 +80,7 @@ def test_a_handler_that_cannot_decode_its_payload_drops_the_stream() -> None:
     client, server = pair()
 
     async def strict(peer: bytes, frame: Frame) -> bytes:
-        from eddy.mesh import postcard
+        from eddy import postcard
         from eddy.mesh.frames import PullRequest
 
         return postcard.encode(postcard.decode(PullRequest, frame.payload))

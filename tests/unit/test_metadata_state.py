@@ -7,7 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eddy.cluster.metadata import (
+from eddy.cluster.placement import HashRing
+from eddy.log.config import TOPIC_CONFIGS
+from eddy.metadata import (
     NO_LEADER,
     ApplyResult,
     MetadataSnapshotError,
@@ -15,7 +17,7 @@ from eddy.cluster.metadata import (
     decode_command,
     encode_command,
 )
-from eddy.cluster.metadata.commands import (
+from eddy.metadata.commands import (
     AllocateProducerIds,
     AlterBrokerConfigs,
     AlterTopicConfigs,
@@ -38,10 +40,8 @@ from eddy.cluster.metadata.commands import (
     UnregisterBroker,
     UpsertScramUser,
 )
-from eddy.cluster.metadata.configs import DYNAMIC_BROKER_CONFIGS
-from eddy.cluster.metadata.records import AclBinding, ConfigEntry
-from eddy.cluster.placement import HashRing
-from eddy.log.config import TOPIC_CONFIGS
+from eddy.metadata.configs import DYNAMIC_BROKER_CONFIGS
+from eddy.metadata.records import AclBinding, ConfigEntry
 from eddy.protocol.errors import ErrorCode
 
 E = ErrorCode

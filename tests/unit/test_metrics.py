@@ -20,24 +20,24 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from eddy.broker.broker import Broker
 from eddy.clock import ManualClock
-from eddy.cluster.metadata.records import PartitionRecord
 from eddy.cluster.raft.driver_types import RaftStatus
 from eddy.cluster.replication.manager import ReplicaManager
 from eddy.config import load_config
 from eddy.groups.state import GroupEvent
+from eddy.metadata.records import PartitionRecord
 from eddy.observe.broker_state import BrokerState
 from eddy.observe.collectors import PartitionStats, consumer_lag
-from eddy.observe.counters import LATENCY_BUCKETS
-from eddy.observe.metrics import (
+from eddy.protocol.apis import ApiKey
+from eddy.protocol.record_batch import validate_batches
+from eddy.protocol.records import build_batch
+from eddy.telemetry.counters import LATENCY_BUCKETS
+from eddy.telemetry.metrics import (
     METRIC_TYPES,
     OPENMETRICS_CONTENT_TYPE,
     TEXT_CONTENT_TYPE,
     BrokerMetrics,
     wants_openmetrics,
 )
-from eddy.protocol.apis import ApiKey
-from eddy.protocol.record_batch import validate_batches
-from eddy.protocol.records import build_batch
 
 NOW = 1_700_000_000_000
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from eddy.mesh.gossip_messages import (
+from eddy.mesh.gossip.messages import (
     Connect,
     Disconnect,
     ForwardJoin,
@@ -27,8 +27,8 @@ from eddy.mesh.gossip_messages import (
     SeedReached,
     Shuffle,
 )
-from eddy.mesh.gossip_node import GossipNode
-from eddy.mesh.peers import PeerConfig, PeerTable
+from eddy.mesh.gossip.node import GossipNode
+from eddy.mesh.gossip.peers import PeerConfig, PeerTable
 
 
 def nid(i: int) -> bytes:

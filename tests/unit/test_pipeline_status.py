@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eddy.observe.pipeline_status import (
+from eddy.telemetry.pipeline_status import (
     MAX_VALUE_BYTES,
     PipelineCollector,
     PipelineStatus,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eddy.mesh.gossip_messages import (
+from eddy.mesh.gossip.messages import (
     Delivered,
     Gossip,
     GossipMessage,
@@ -12,7 +12,7 @@ from eddy.mesh.gossip_messages import (
     Interest,
     Prune,
 )
-from eddy.mesh.plumtree import Plumtree, PlumtreeConfig
+from eddy.mesh.gossip.plumtree import Plumtree, PlumtreeConfig
 
 MID = b"m" * 32
 ORIGIN = b"o" * 32

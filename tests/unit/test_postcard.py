@@ -1,4 +1,4 @@
-"""postcard codec (eddy.mesh.postcard): spec vectors, round trips, hostile input."""
+"""postcard codec (eddy.postcard): spec vectors, round trips, hostile input."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eddy.mesh import postcard
-from eddy.mesh.postcard import (
+from eddy import postcard
+from eddy.postcard import (
     I8,
     I16,
     I32,

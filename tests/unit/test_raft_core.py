@@ -21,7 +21,7 @@ from eddy.cluster.raft.messages import (
     VoteResponse,
 )
 from eddy.cluster.raft.ready import NotLeader, ProposalDropped, RaftConfig, ReadState, Role
-from eddy.cluster.raft.sim_lockstep import LockstepCluster
+from eddy.cluster.raft.sim.lockstep import LockstepCluster
 from eddy.cluster.raft.types import ConfState, Entry, HardState
 
 ET = RaftConfig().election_timeout_ms

@@ -19,9 +19,9 @@ from eddy.cluster.raft.driver import RaftDriver, WriteTimeout, bootstrap
 from eddy.cluster.raft.memstore import MemoryLogStore
 from eddy.cluster.raft.messages import AppendEntries, Heartbeat, encode_message
 from eddy.cluster.raft.ready import NotLeader, ProposalDropped, RaftConfig
-from eddy.cluster.raft.storage import RaftStorage
+from eddy.cluster.raft.storage.disk import RaftStorage
+from eddy.cluster.raft.transport import InMemoryRaftNetwork, decode_inbound
 from eddy.cluster.raft.types import Entry
-from eddy.cluster.raft_transport import InMemoryRaftNetwork, decode_inbound
 from eddy.log.file_cache import FileCache
 
 CFG = RaftConfig(group=7, heartbeat_ms=50, election_timeout_ms=150)

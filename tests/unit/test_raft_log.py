@@ -21,10 +21,10 @@ from eddy.cluster.raft.messages import (
 )
 from eddy.cluster.raft.progress import Progress, ProgressState
 from eddy.cluster.raft.ready import RaftConfig
-from eddy.cluster.raft.sim_lockstep import LockstepCluster
+from eddy.cluster.raft.sim.lockstep import LockstepCluster
 from eddy.cluster.raft.store import LogCompactedError, LogUnavailableError
 from eddy.cluster.raft.types import ConfState, Entry, HardState, Snapshot, SnapshotMeta
-from eddy.mesh.postcard import PostcardError
+from eddy.postcard import PostcardError
 
 
 def ents(*terms: int, start: int = 1) -> list[Entry]:

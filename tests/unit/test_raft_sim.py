@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from eddy.cluster.raft.sim import Sim, SimConfig
-from eddy.cluster.raft.sim_kv import HistOp, KvOp, check_history
+from eddy.cluster.raft.sim.kv import HistOp, KvOp, check_history
+from eddy.cluster.raft.sim.network import Sim, SimConfig
 
 
 def _run(nodes: int, seeds: range) -> None:

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from eddy.cluster.raft import storage_files
-from eddy.cluster.raft.storage import CorruptStorageError, RaftStorage, RaftStorageError
-from eddy.cluster.raft.storage_segments import (
+from eddy.cluster.raft.storage import files as storage_files
+from eddy.cluster.raft.storage.disk import CorruptStorageError, RaftStorage, RaftStorageError
+from eddy.cluster.raft.storage.segments import (
     MAX_RECORD_BYTES,
     RECORD_HEAD,
     _peek,

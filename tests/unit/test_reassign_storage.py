@@ -11,12 +11,12 @@ from types import SimpleNamespace
 from batch_builder import Rec, build_batch
 
 from eddy.broker.replica_membership import MEMBERSHIP_FILE, ReplicaMembership
-from eddy.cli.cluster import _kafka_info
+from eddy.cli.cluster.status import _kafka_info
 from eddy.cli.reassign import plan_rebalance
-from eddy.cluster.metadata.records import PartitionRecord
 from eddy.cluster.placement import HashRing
 from eddy.log.manager import LogManager
 from eddy.log.partition import HIGH_WATERMARK_FILE
+from eddy.metadata.records import PartitionRecord
 from eddy.protocol.record_batch import validate_batches
 
 NOW = 1_700_000_000_000

@@ -6,10 +6,12 @@ import dataclasses
 
 import pytest
 
+from eddy import postcard
 from eddy.cluster.controller import Controller, ControllerConfig
 from eddy.cluster.controller.reassign import completions, plan_reassignments
-from eddy.cluster.metadata import MetadataSnapshotError, MetadataState
-from eddy.cluster.metadata.commands import (
+from eddy.cluster.placement import HashRing
+from eddy.metadata import MetadataSnapshotError, MetadataState
+from eddy.metadata.commands import (
     AlterReassignment,
     ChangeIsr,
     ChangePartitionLeader,
@@ -23,11 +25,9 @@ from eddy.cluster.metadata.commands import (
     decode_command,
     encode_command,
 )
-from eddy.cluster.metadata.reassignments import ReassignmentsSection
-from eddy.cluster.metadata.records import SNAPSHOT_VERSION, PartitionRecord
-from eddy.cluster.metadata.result import ApplyResult
-from eddy.cluster.placement import HashRing
-from eddy.mesh import postcard
+from eddy.metadata.reassignments import ReassignmentsSection
+from eddy.metadata.records import SNAPSHOT_VERSION, PartitionRecord
+from eddy.metadata.result import ApplyResult
 from eddy.protocol.errors import ErrorCode
 
 E = ErrorCode

@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from eddy.observe import otel_setup, record_trace, tracing
-from eddy.observe.record_trace import (
+from eddy.telemetry import otel_setup, record_trace, tracing
+from eddy.telemetry.record_trace import (
     first_record_header,
     parse_traceparent,
     remote_parent,

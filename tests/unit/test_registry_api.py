@@ -1,4 +1,4 @@
-"""Confluent's REST API routes (eddy.registry.http_api) through real HTTP requests: aiohttp's
+"""Confluent's REST API routes (eddy.registry.http.api) through real HTTP requests: aiohttp's
 test server over make_app + the route table + a RegistryService on the in-memory log. Every
 route with its status and body shape, every error code (40401-40409, 409, 42201-42206), query
 parameters (case-insensitive booleans, paging, Jersey's 404 for ints that do not convert),
@@ -16,10 +16,10 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from test_registry_service import record
 
-from eddy.registry.http_routes import add_routes
-from eddy.registry.http_server import make_app
+from eddy.registry.http.routes import add_routes
+from eddy.registry.http.server import make_app
 from eddy.registry.memory_log import MemoryLog
-from eddy.registry.service import RegistryService
+from eddy.registry.service.core import RegistryService
 from eddy.registry.state import SchemaState
 
 V1 = "application/vnd.schemaregistry.v1+json"
@@ -479,7 +479,7 @@ def test_content_negotiation_on_api_routes() -> None:
 def test_a_raw_schema_with_a_lone_surrogate_is_served_as_its_json_escape() -> None:
     """A schema text read from _schemas may hold a lone surrogate (JSON's "\\ud800"): the
     raw `.../schema` body writes it back as that escape instead of failing to encode."""
-    from eddy.registry.http_api import text_response
+    from eddy.registry.http.api import text_response
 
     body = text_response('{"type":"string","doc":"\ud800"}').body
     assert isinstance(body, bytes)

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eddy.registry.avro_compat import AvroIncompatibility, compatibility
-from eddy.registry.avro_schema import AvroSchema, parse
-from eddy.registry.formats import MAX_DEPTH, MAX_SCHEMA_CHARS, Incompatibility, InvalidSchema
+from eddy.formats.avro.compat import AvroIncompatibility, compatibility
+from eddy.formats.avro.schema import AvroSchema, parse
+from eddy.formats.base import MAX_DEPTH, MAX_SCHEMA_CHARS, Incompatibility, InvalidSchema
 
 
 def j(value: Any) -> str:

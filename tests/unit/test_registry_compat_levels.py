@@ -31,7 +31,7 @@ import pytest
 from eddy.registry.contract import RegistryError
 from eddy.registry.memory_log import MemoryLog
 from eddy.registry.requests import SchemaRequest
-from eddy.registry.service import RegistryService
+from eddy.registry.service.core import RegistryService
 from eddy.registry.state import SchemaState
 
 T = TypeVar("T")

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from eddy.mesh import postcard
+from eddy import postcard
 from eddy.mesh.frames import TAG_REGISTRY, Frame
 from eddy.registry import forward_wire as wire
 from eddy.registry import forwarding

@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT))  # the bench package lives beside src/, not inside
 
 from bench.fuzz import registry_decoders as rd  # noqa: E402
 from bench.fuzz import registry_seeds as seeds  # noqa: E402
-from eddy.registry import avro_schema  # noqa: E402
+from eddy.formats.avro import schema as avro_schema  # noqa: E402
 from eddy.registry import records as rec  # noqa: E402
 from eddy.registry.contract import RegistryError  # noqa: E402
 from eddy.registry.requests import SchemaRequest  # noqa: E402

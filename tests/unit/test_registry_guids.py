@@ -14,7 +14,8 @@ import pytest
 from test_registry_api import PROTO, V1, V1_SCHEMA, Api, run
 from test_registry_service import record
 
-from eddy.registry import protobuf_schema, schema_ops
+from eddy.formats.protobuf import schema as protobuf_schema
+from eddy.registry import schema_ops
 from eddy.registry.guid import parse_guid, schema_guid
 from eddy.registry.records import Reference
 from eddy.registry.state import SchemaState

@@ -1,4 +1,4 @@
-"""The registry's HTTP plumbing (eddy.registry.http_server) on a real loopback socket:
+"""The registry's HTTP plumbing (eddy.registry.http.server) on a real loopback socket:
 Confluent's content negotiation (406/415), error bodies, 404/405, bounded JSON bodies,
 query booleans, URL-encoded path parts, keep-alive, and GET / from the route table."""
 
@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 
 from eddy.registry.contract import SUBJECT_NOT_FOUND, RegistryError
-from eddy.registry.http_routes import add_routes
-from eddy.registry.http_server import (
+from eddy.registry.http.routes import add_routes
+from eddy.registry.http.server import (
     SCHEMA_REGISTRY_V1_JSON,
     RegistryServer,
     json_response,

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eddy.registry.formats import JSON, MAX_DEPTH, MAX_SCHEMA_CHARS, InvalidSchema
-from eddy.registry.json_compat import COMPATIBLE_CHANGES, TOO_COMPLEX, _max_matching
-from eddy.registry.json_schema import JsonSchema, compatibility, parse
+from eddy.formats.base import JSON, MAX_DEPTH, MAX_SCHEMA_CHARS, InvalidSchema
+from eddy.formats.json_schema.compat import COMPATIBLE_CHANGES, TOO_COMPLEX, _max_matching
+from eddy.formats.json_schema.schema import JsonSchema, compatibility, parse
 
 
 def schema(value: Any, refs: dict[str, str] | None = None) -> JsonSchema:

@@ -13,9 +13,9 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eddy.registry.formats import MAX_DEPTH, MAX_SCHEMA_CHARS, PROTOBUF, InvalidSchema
-from eddy.registry.protobuf_compat import ProtobufIncompatibility, compatibility, differences
-from eddy.registry.protobuf_schema import WELL_KNOWN, ProtobufSchema, parse
+from eddy.formats.base import MAX_DEPTH, MAX_SCHEMA_CHARS, PROTOBUF, InvalidSchema
+from eddy.formats.protobuf.compat import ProtobufIncompatibility, compatibility, differences
+from eddy.formats.protobuf.schema import WELL_KNOWN, ProtobufSchema, parse
 
 P3 = 'syntax = "proto3";\n'
 P2 = 'syntax = "proto2";\n'
@@ -281,7 +281,7 @@ def test_garbage_base64_is_refused(text: str) -> None:
 
 
 def test_descriptor_with_unknown_fields_is_refused() -> None:
-    from eddy.registry.protobuf_schema import decode_serialized
+    from eddy.formats.protobuf.schema import decode_serialized
     raw = descriptor_pb2.FileDescriptorProto(name="x").SerializeToString() + b"\xf8\x07\x01"
     with pytest.raises(InvalidSchema, match="unknown fields"):
         decode_serialized(base64.b64encode(raw).decode())
@@ -662,7 +662,7 @@ enum Kind {
     # not a Protobuf format for the other types: as stored (Confluent ignores unknown formats)
     plain = parse(P3 + "message M { string a = 1; }")
     assert formatted(plain, "ignore_extensions", "stored") == plain.canonical()
-    from eddy.registry.avro_schema import parse as parse_avro
+    from eddy.formats.avro.schema import parse as parse_avro
     assert formatted(parse_avro('"string"'), "ignore_extensions", "stored") == "stored"
 
 
@@ -671,7 +671,7 @@ def test_format_ignore_extensions_through_the_service() -> None:
 
     from eddy.registry.memory_log import MemoryLog
     from eddy.registry.requests import SchemaRequest
-    from eddy.registry.service import RegistryService
+    from eddy.registry.service.core import RegistryService
     from eddy.registry.state import SchemaState
 
     state = SchemaState()

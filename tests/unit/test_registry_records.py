@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from eddy.registry import records as rec
 from eddy.registry.contract import RegistryError
 from eddy.registry.memory_log import MemoryLog
-from eddy.registry.service import RegistryService
+from eddy.registry.service.core import RegistryService
 from eddy.registry.state import SchemaState
 
 # -- exact bytes of every key kind ---------------------------------------------------------------

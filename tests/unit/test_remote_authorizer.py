@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-from eddy.cluster.metadata.records import AclBinding
+from eddy import postcard
 from eddy.gateway.authz import Gate, unknown_topic_codes
 from eddy.gateway.mesh_link import KafkaOpServer
-from eddy.mesh import postcard
 from eddy.mesh.directory import DEAD, Directory, NodeInfo
 from eddy.mesh.frames import (
     AUTHORIZE_ANY,
@@ -27,6 +26,7 @@ from eddy.mesh.frames import (
     Frame,
     tag_class,
 )
+from eddy.metadata.records import AclBinding
 from eddy.protocol.codec import Request
 from eddy.protocol.errors import ErrorCode
 from eddy.security.acl import (

@@ -14,15 +14,15 @@ from pathlib import Path
 
 from eddy.broker.broker import Broker
 from eddy.broker.producers import ABORT, COMMIT, NO_COORDINATOR_EPOCH, marker_of
-from eddy.broker.txn_markers import marker_batch, write_one
 from eddy.clock import ManualClock
-from eddy.cluster.txn_rpc import WriteMarkersRequest
 from eddy.config import load_config
 from eddy.log.partition import PartitionLog
 from eddy.protocol.errors import ErrorCode
 from eddy.protocol.record_batch import CONTROL_BIT, TRANSACTIONAL_BIT
 from eddy.protocol.records import build_batch
 from eddy.protocol.replica_batches import check_replica_batches
+from eddy.txn.markers import marker_batch, write_one
+from eddy.txn.rpc import WriteMarkersRequest
 
 PID = 7
 

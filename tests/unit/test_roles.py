@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eddy.cluster.metadata.records import AclBinding
+from eddy.metadata.records import AclBinding
 from eddy.security.acl import AclOperation, PatternType, Permission, ResourceType
 from eddy.security.authorizer import Authorizer
 from eddy.security.roles import (

@@ -11,7 +11,13 @@ import hmac
 
 import pytest
 
-from eddy.cluster.scram import MECHANISMS, UnknownMechanism, derive_keys, mechanism, salted_password
+from eddy.security.scram import (
+    MECHANISMS,
+    UnknownMechanism,
+    derive_keys,
+    mechanism,
+    salted_password,
+)
 
 # RFC 7677 section 3
 SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")

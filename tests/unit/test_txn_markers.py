@@ -11,9 +11,14 @@ from typing import Any
 
 import pytest
 
-from eddy.broker.txn_markers import MarkerService
-from eddy.broker.txn_raft import pending_key, split, txn_key
-from eddy.cluster.txn_rpc import (
+from eddy import postcard
+from eddy.mesh.frames import TAG_TXN_MARKERS, Frame
+from eddy.postcard import PostcardError
+from eddy.protocol.errors import ErrorCode
+from eddy.txn.coordinator import TxnMetadata
+from eddy.txn.markers import MarkerService
+from eddy.txn.raft_store import pending_key, split, txn_key
+from eddy.txn.rpc import (
     MAX_MARKER_PARTITIONS,
     WriteMarkersReply,
     WriteMarkersRequest,
@@ -21,11 +26,6 @@ from eddy.cluster.txn_rpc import (
     decode_reply,
     decode_request,
 )
-from eddy.mesh import postcard
-from eddy.mesh.frames import TAG_TXN_MARKERS, Frame
-from eddy.mesh.postcard import PostcardError
-from eddy.protocol.errors import ErrorCode
-from eddy.txn.coordinator import TxnMetadata
 
 REGISTERED = b"\x01" * 32
 
@@ -103,10 +103,10 @@ def test_a_partition_refuses_markers_of_an_older_coordinator_or_producer_epoch(
     one for an older producer epoch INVALID_PRODUCER_EPOCH; neither is written. The
     coordinator epoch is kept in the producer snapshot and in the marker's value."""
     from eddy.broker.broker import Broker
-    from eddy.broker.txn_markers import write_one
     from eddy.clock import ManualClock
     from eddy.config import load_config
     from eddy.protocol.records import decode_batch_records
+    from eddy.txn.markers import write_one
     from eddy.txn.producer_state import ProducerStateManager
 
     cfg = load_config(env={}, overrides={"data_dir": str(tmp_path), "process.roles": "broker"})

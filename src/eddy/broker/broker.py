@@ -12,19 +12,19 @@ from typing import TYPE_CHECKING, Any
 
 from eddy.broker.dynamic_configs import DynamicConfigs
 from eddy.broker.flusher import Flusher, GroupCommit
-from eddy.broker.groups import GroupService
 from eddy.broker.producers import ProducerStates
-from eddy.broker.transactions import TransactionService
 from eddy.broker.waiters import AppendNotifier
 from eddy.clock import Clock
 from eddy.config import BrokerConfig
+from eddy.groups.service import GroupService
 from eddy.log import compaction
 from eddy.log.manager import INTERNAL_TOPICS, LogManager, Topic
 from eddy.log.partition import PartitionLog
 from eddy.log.state_files import atomic_write
-from eddy.observe.metrics import BrokerMetrics
 from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.telemetry.metrics import BrokerMetrics
 from eddy.txn.producer_ids import ProducerIdAllocator
+from eddy.txn.service import TransactionService
 
 if TYPE_CHECKING:  # the node wires the cluster service in; the broker only reads it
     from eddy.cluster.replication.manager import ReplicaManager

@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING
 
 from eddy.broker.producers import SNAPSHOT_FILE
 from eddy.broker.replica_membership import ReplicaMembership
-from eddy.cluster.controller_client import ControllerUnavailable
-from eddy.cluster.controller_rpc import ImportOffsetsRequest, ImportTopicRequest
-from eddy.cluster.metadata import MetadataState
-from eddy.cluster.metadata.records import ConfigEntry, PartitionRecord
+from eddy.cluster.controller.client import ControllerUnavailable
+from eddy.cluster.controller.rpc import ImportOffsetsRequest, ImportTopicRequest
 from eddy.log.partition import PartitionLog
 from eddy.log.state_files import atomic_write
+from eddy.metadata import MetadataState
+from eddy.metadata.records import ConfigEntry, PartitionRecord
 from eddy.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:

@@ -19,18 +19,18 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from eddy.cluster.controller_rpc import ProposeRequest
-from eddy.cluster.metadata import encode_command
-from eddy.cluster.metadata.commands import AlterBrokerConfigs
-from eddy.cluster.metadata.configs import (
+from eddy.cluster.controller.rpc import ProposeRequest
+from eddy.log.state_files import atomic_write
+from eddy.metadata import encode_command
+from eddy.metadata.commands import AlterBrokerConfigs
+from eddy.metadata.configs import (
     DYNAMIC_BROKER_CONFIGS,
     MAX_ENTRIES,
     check_broker_configs,
     dict_to_entries,
     layered_defaults,
 )
-from eddy.cluster.metadata.result import Rejected
-from eddy.log.state_files import atomic_write
+from eddy.metadata.result import Rejected
 from eddy.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:

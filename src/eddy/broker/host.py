@@ -15,12 +15,12 @@ if TYPE_CHECKING:
     from eddy.broker.producers import ProducerStates
     from eddy.broker.waiters import AppendNotifier
     from eddy.clock import Clock
-    from eddy.cluster.metadata.state import MetadataState
     from eddy.config import BrokerConfig
     from eddy.log.manager import LogManager
     from eddy.log.partition import PartitionLog
-    from eddy.observe.counters import HotCounters
+    from eddy.metadata.state import MetadataState
     from eddy.protocol.errors import ErrorCode
+    from eddy.telemetry.counters import HotCounters
 
 __all__ = ["ClusterView", "Counted", "LogHost", "MarkerHost", "Replicating"]
 

@@ -23,8 +23,8 @@ import json
 import logging
 import os
 
-from eddy.cluster.metadata.records import PartitionRecord
 from eddy.log.state_files import atomic_write
+from eddy.metadata.records import PartitionRecord
 
 __all__ = ["MEMBERSHIP_FILE", "ReplicaMembership"]
 

@@ -11,7 +11,6 @@ from typing import Any, Protocol
 from eddy.broker.allocator import tune_malloc
 from eddy.broker.broker import Broker
 from eddy.broker.connection import Connection
-from eddy.broker.connection_limits import ConnectionLimits, LogThrottle, resolve_overrides
 from eddy.broker.handlers import (
     acls,
     admin,
@@ -37,7 +36,6 @@ from eddy.broker.memory_pool import MemoryPool
 from eddy.broker.pipeline import serve_pipelined
 from eddy.broker.sender import ResponseWriter
 from eddy.config import BrokerConfig
-from eddy.observe.counters import HotCounters, NullCounters
 from eddy.protocol.apis import SUPPORTED, ApiKey, VersionRange
 from eddy.protocol.codec import (
     Encoded,
@@ -49,6 +47,7 @@ from eddy.protocol.codec import (
     supported_version,
 )
 from eddy.protocol.errors import CloseConnection, KafkaError
+from eddy.security.connection_limits import ConnectionLimits, LogThrottle, resolve_overrides
 from eddy.security.listeners import ListenerSpec
 from eddy.security.sasl import SaslFailure
 from eddy.security.session import (
@@ -58,6 +57,7 @@ from eddy.security.session import (
     SessionClosed,
 )
 from eddy.security.tls import TlsContext, principal_of
+from eddy.telemetry.counters import HotCounters, NullCounters
 
 log = logging.getLogger(__name__)
 

@@ -49,7 +49,7 @@ from eddy.cli.common import (
     usage_error,
     wait,
 )
-from eddy.cluster.metadata.records import AclBinding
+from eddy.metadata.records import AclBinding
 from eddy.security.acl import (
     CLUSTER_NAME,
     OPERATIONS_OF,

@@ -118,7 +118,7 @@ SPARK_MODULES = ("pyspark", "pyarrow", "pandas")
 
 def _log_setup() -> None:
     """INFO lines on stderr, as text or (EDDY_LOG_FORMAT=json, a node's log.format) JSON."""
-    from eddy.observe import log_format
+    from eddy.telemetry import log_format
 
     fmt = os.environ.get("EDDY_LOG_FORMAT", "text").strip().lower()
     if fmt not in ("text", "json"):

@@ -56,9 +56,9 @@ def serve(
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    from eddy.broker.runtime import run
     from eddy.mesh.identity import IdentityError
     from eddy.mesh.membership import MembershipError
+    from eddy.node.serve import run
     from eddy.security.tls import TlsError
 
     try:
@@ -77,7 +77,7 @@ def serve(
 def _register() -> None:
     """The client command groups (each in its own module)."""
     from eddy.cli.acl import acl_app
-    from eddy.cli.cluster import cluster_app
+    from eddy.cli.cluster.status import cluster_app
     from eddy.cli.config_cmd import config_app
     from eddy.cli.connect import connect_app
     from eddy.cli.consume import consume

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from eddy.cluster.metadata import ApplyResult, MetadataState
+from eddy.metadata import ApplyResult, MetadataState
 
 log = logging.getLogger(__name__)
 

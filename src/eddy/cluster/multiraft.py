@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from eddy.clock import Clock, WallClock
 from eddy.cluster.raft.driver import RaftDriver, RaftStatus, StateMachine, bootstrap
 from eddy.cluster.raft.ready import RaftConfig
-from eddy.cluster.raft.storage import RaftStorage
-from eddy.cluster.raft_transport import RaftTransport, decode_inbound
+from eddy.cluster.raft.storage.disk import RaftStorage
+from eddy.cluster.raft.transport import RaftTransport, decode_inbound
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eddy.mesh import postcard
-from eddy.mesh.postcard import PostcardError
+from eddy import postcard
+from eddy.postcard import PostcardError
 
 OFFSETS_GROUP = "offsets"
 #: a key or value larger than this is refused (Kafka's offset metadata is bounded far below)

@@ -17,13 +17,13 @@ from typing import Any
 
 from eddy.clock import Clock
 from eddy.cluster.controller import ControllerConfig
-from eddy.cluster.controller.elections import still_led
-from eddy.cluster.controller_client import (
+from eddy.cluster.controller.client import (
     BrokerAgent,
     ControllerClient,
     ControllerUnavailable,
 )
-from eddy.cluster.controller_rpc import (
+from eddy.cluster.controller.elections import still_led
+from eddy.cluster.controller.rpc import (
     AllocateProducerIdsRequest,
     ControllerReply,
     ControllerRequest,
@@ -31,21 +31,21 @@ from eddy.cluster.controller_rpc import (
     error_of,
     reply,
 )
-from eddy.cluster.controller_service import ControllerService
+from eddy.cluster.controller.service import ControllerService
 from eddy.cluster.leader_watch import RaftLeaderWatch
 from eddy.cluster.machine import MetadataMachine
-from eddy.cluster.metadata import MetadataState
-from eddy.cluster.metadata.endpoints import inter_broker
 from eddy.cluster.multiraft import MultiRaft
 from eddy.cluster.offsets import OFFSETS_GROUP, OffsetsMachine, encode_entry
+from eddy.cluster.raft.admin import ClusterRaftAdmin
 from eddy.cluster.raft.driver import RaftDriver, RaftStatus, WriteTimeout
+from eddy.cluster.raft.handover import hand_over_raft
 from eddy.cluster.raft.ready import ProposalDropped
-from eddy.cluster.raft_admin import ClusterRaftAdmin
-from eddy.cluster.raft_handover import hand_over_raft
-from eddy.cluster.raft_transport import MeshRaftTransport
+from eddy.cluster.raft.transport import MeshRaftTransport
 from eddy.config import BrokerConfig
 from eddy.mesh.frames import TAG_CONTROLLER
 from eddy.mesh.service import MeshService
+from eddy.metadata import MetadataState
+from eddy.metadata.endpoints import inter_broker
 from eddy.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)

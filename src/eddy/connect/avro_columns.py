@@ -25,8 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from eddy.connect.avro_checks import PRIMITIVES, check_arrays, fullname
-from eddy.connect.avro_checks import AvroSchemaError as AvroSchemaError  # re-exported
 from eddy.connect.confluent_wire import (
     FrameError,
     HeaderId,
@@ -38,6 +36,8 @@ from eddy.connect.confluent_wire import (
     split_frame,
 )
 from eddy.connect.registry_client import RegisteredSchema, RegistryClient, RegistryError
+from eddy.formats.avro.checks import PRIMITIVES, check_arrays, fullname
+from eddy.formats.avro.checks import AvroSchemaError as AvroSchemaError  # re-exported
 
 #: logical types decoded as their base type (and typed in Arrow): fastavro would make
 #: Python objects of them only for Arrow to take them apart again

@@ -1,5 +1,5 @@
 """A running pipeline reports its status to the Eddy it reads or writes: records keyed by its
-name in the compacted topic ``_eddy_pipelines`` (``eddy.observe.pipeline_status`` has the
+name in the compacted topic ``_eddy_pipelines`` (``eddy.telemetry.pipeline_status`` has the
 format and the broker's side: metrics and the console).
 
 Reporting never stops a pipeline: a broker that cannot take the reports (down, the topic
@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from eddy.connect.progress import Snapshot
-from eddy.observe.pipeline_status import STATUS_TOPIC, PipelineStatus
+from eddy.telemetry.pipeline_status import STATUS_TOPIC, PipelineStatus
 
 log = logging.getLogger(__name__)
 

@@ -12,19 +12,19 @@ from typing import Any, cast
 from kio.index import load_response_schema
 from kio.serial import entity_reader
 
+from eddy import postcard
 from eddy.broker.broker import Broker
 from eddy.broker.handlers import admin, fetch, groups, list_offsets, produce, producer_id
 from eddy.broker.sender import FileRange
 from eddy.gateway import ops
 from eddy.gateway.executor_admin import ADMIN_RUNNERS
 from eddy.groups.state import OffsetCommitEntry
-from eddy.mesh import postcard
-from eddy.observe.tracing import span
 from eddy.protocol.apis import SUPPORTED, ApiKey
 from eddy.protocol.codec import Encoded, Request, build, request_module
 from eddy.protocol.errors import ErrorCode, KafkaError
 from eddy.security.acl import AclOperation
 from eddy.security.session import Session
+from eddy.telemetry.tracing import span
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _MS = datetime.timedelta(milliseconds=1)

@@ -2,7 +2,7 @@
 forwarder that carries ops as KafkaOp frames (tag 0x11) to their owner; plus the owner's
 side of the carrier, which runs them through an OpExecutor.
 
-An op forwarded for a client (eddy.gateway.acting) travels as a KafkaOpAs frame (tag 0x12):
+An op forwarded for a client (eddy.security.acting) travels as a KafkaOpAs frame (tag 0x12):
 the KafkaOpRequest wrapped with the client's principal and address. The owner runs it as
 that client, and takes it only from a gateway: a live member of its mesh directory whose
 Hello names the gateway role. The mesh's admission (mesh.allowed.nodes, or a membership
@@ -19,11 +19,10 @@ import itertools
 import logging
 from typing import Protocol
 
-from eddy.gateway.acting import ClientId, check_client, current_client, session_of
+from eddy import postcard
 from eddy.gateway.executor import OpExecutor
 from eddy.gateway.ops import OpError, OpFailed, OpTimeout, OpUnavailable, UnknownOp
 from eddy.gateway.routes import TopicRoute
-from eddy.mesh import postcard
 from eddy.mesh.directory import DEAD, Directory, Route
 from eddy.mesh.frames import (
     KAFKA_OP_STATUS_FAILED,
@@ -38,8 +37,9 @@ from eddy.mesh.frames import (
     KafkaOpRequest,
     KafkaOpResponse,
 )
-from eddy.observe.tracing import span
+from eddy.security.acting import ClientId, check_client, current_client, session_of
 from eddy.security.session import Session
+from eddy.telemetry.tracing import span
 
 log = logging.getLogger(__name__)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from eddy import postcard
 from eddy.config import BrokerConfig
 from eddy.gateway.ops import OPS, OpFailed, OpTimeout, OpUnavailable
 from eddy.gateway.routes import Forwarder, Routes
-from eddy.mesh import postcard
 from eddy.protocol.apis import SUPPORTED, ApiKey, VersionRange
 from eddy.protocol.errors import ErrorCode
 

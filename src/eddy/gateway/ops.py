@@ -1,5 +1,5 @@
 """KafkaOps (seed 003): the operations a gateway forwards to the node owning a partition or a
-group, as postcard structs (eddy.mesh.postcard). Seed 003's fields come first, in its order;
+group, as postcard structs (eddy.postcard). Seed 003's fields come first, in its order;
 fields a Kafka client needs besides are appended. Records travel as the producer's raw
 record-batch bytes and come back from a fetch as the log's bytes: never decoded here.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eddy.gateway.ops_admin import ADMIN_OPS
-from eddy.mesh.postcard import I8, I16, I32, I64
+from eddy.postcard import I8, I16, I32, I64
 
 # ---- op constants (seed 003: 0x02, 0x06-0x0B; the rest in its free slots; the admin ops'
 # 0x20-0x2C are in eddy.gateway.ops_admin) ------------------------------------------------

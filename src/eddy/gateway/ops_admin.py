@@ -1,6 +1,6 @@
 """KafkaOps for topic, config, record and group administration, leader epochs, elections
 and reassignments (the gateway forwards them to the node owning each topic or group), as
-postcard structs (eddy.mesh.postcard) like eddy.gateway.ops.
+postcard structs (eddy.postcard) like eddy.gateway.ops.
 
 Op constants, a contiguous block in seed 003's free slots (0x10 and 0x11 are mesh stream
 tags, 0x02-0x0E are the data and group ops):
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eddy.mesh.postcard import I8, I16, I32, I64
+from eddy.postcard import I8, I16, I32, I64
 
 KAFKA_OP_DELETE_TOPICS = 0x20
 KAFKA_OP_CREATE_PARTITIONS = 0x21

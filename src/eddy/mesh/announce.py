@@ -19,10 +19,10 @@ from typing import ClassVar
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from eddy.mesh import postcard
+from eddy import postcard
 from eddy.mesh.frames import Pointer, pointer_hash
 from eddy.mesh.identity import NodeIdentity
-from eddy.mesh.postcard import I32, U32, U64, Fixed32
+from eddy.postcard import I32, U32, U64, Fixed32
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from eddy.mesh import postcard
+from eddy import postcard
 from eddy.mesh.control import ControlRequest, ControlResponse
 from eddy.mesh.frames import TAG_CONTROL_RPC
 from eddy.mesh.identity import NodeIdentity
 from eddy.mesh.membership import MEMBERSHIP_FILE, load_own_token
-from eddy.mesh.quic import MeshTransport
+from eddy.mesh.quic.transport import MeshTransport
 from eddy.mesh.rpc import MeshRpc
 
 MAX_ANSWER_BYTES = 16 << 20

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from eddy.mesh.postcard import I32, U32, U64, Fixed32
+from eddy.postcard import I32, U32, U64, Fixed32
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Protocol
 
-from eddy.mesh import postcard
+from eddy import postcard
 from eddy.mesh.control import (
     ControlRequest,
     NodeStatus,

@@ -23,7 +23,7 @@ from typing import ClassVar
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from eddy.mesh.postcard import I16, I32, U8, U32, U64, Fixed32
+from eddy.postcard import I16, I32, U8, U32, U64, Fixed32
 
 # -- tag table (seed 000) ----------------------------------------------------------------------
 TAG_RESERVED = 0x00

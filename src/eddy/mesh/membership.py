@@ -56,7 +56,7 @@ MAX_FILE_BYTES = 4096
 PUBLIC_KEY_LEN = 32
 MAX_EXPIRY = 2**63 - 1
 
-log = logging.getLogger("eddy.mesh.quic")
+log = logging.getLogger("eddy.mesh.quic.transport")
 
 
 class MembershipError(Exception):

@@ -24,8 +24,8 @@ from eddy.mesh.frames import (
     remote_context,
     tag_class,
 )
-from eddy.mesh.postcard import PostcardError
-from eddy.observe.tracing import span
+from eddy.postcard import PostcardError
+from eddy.telemetry.tracing import span
 
 log = logging.getLogger(__name__)
 

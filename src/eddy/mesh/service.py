@@ -19,10 +19,9 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from eddy import __version__
+from eddy import __version__, postcard
 from eddy.clock import Clock
 from eddy.config import BrokerConfig, parse_host_port, split_list
-from eddy.mesh import postcard
 from eddy.mesh.announce import (
     ANNOUNCE_TOPIC,
     Announcement,
@@ -51,7 +50,7 @@ from eddy.mesh.frames import (
     PullResponse,
     pointer_hash,
 )
-from eddy.mesh.gossip_messages import (
+from eddy.mesh.gossip.messages import (
     Connect,
     Delivered,
     GossipMessage,
@@ -60,12 +59,12 @@ from eddy.mesh.gossip_messages import (
     PeerDead,
     PeerRef,
 )
-from eddy.mesh.gossip_node import GossipConfig, GossipNode
+from eddy.mesh.gossip.node import GossipConfig, GossipNode
+from eddy.mesh.gossip.peers import PeerConfig
 from eddy.mesh.identity import NodeIdentity, parse_node_id
 from eddy.mesh.mdns import MdnsDiscovery
 from eddy.mesh.membership import load_admission
-from eddy.mesh.peers import PeerConfig
-from eddy.mesh.quic import MeshError, MeshTransport
+from eddy.mesh.quic.transport import MeshError, MeshTransport
 from eddy.mesh.rpc import MeshRpc
 
 log = logging.getLogger(__name__)

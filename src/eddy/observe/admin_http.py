@@ -35,12 +35,12 @@ from aiohttp import web
 
 from eddy.http.tls_listener import TlsHttpListener
 from eddy.observe.console import mount as mount_console
-from eddy.observe.metrics import wants_openmetrics
 from eddy.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from eddy.security.http_auth import auth_middleware, caller_of, denied_message, http_security
+from eddy.telemetry.metrics import wants_openmetrics
 
 if TYPE_CHECKING:
-    from eddy.node import Node
+    from eddy.node.parts import Node
 
 log = logging.getLogger("eddy.admin")
 

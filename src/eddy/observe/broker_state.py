@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from eddy.cluster.metadata.records import NO_LEADER
 from eddy.cluster.raft.driver_types import RaftStatus
+from eddy.metadata.records import NO_LEADER
 from eddy.observe.collectors import PartitionStats
 from eddy.protocol.errors import KafkaError
 from eddy.protocol.record_batch import HEADER_SIZE, TIMESTAMP_TYPE_BIT, parse_header

@@ -21,7 +21,7 @@ from prometheus_client.metrics_core import (
 )
 
 from eddy.cluster.raft.driver_types import RaftStatus
-from eddy.observe.counters import LATENCY_BUCKETS, HotCounters
+from eddy.telemetry.counters import LATENCY_BUCKETS, HotCounters
 
 #: at most this many log lookups (one batch header each) for consumer lag in seconds per
 #: scrape; past it the seconds of the remaining partitions are left out (their lag in

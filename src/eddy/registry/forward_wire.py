@@ -20,8 +20,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from eddy.mesh import postcard
-from eddy.mesh.postcard import I32, I64, U8, U16, PostcardError
+from eddy import postcard
+from eddy.postcard import I32, I64, U8, U16, PostcardError
 from eddy.registry.guid import parse_guid
 from eddy.registry.requests import SchemaRequest
 

@@ -33,7 +33,7 @@ from eddy.mesh.frames import Frame
 from eddy.registry import forward_wire as wire
 from eddy.registry.contract import FORWARDING_ERROR, UNKNOWN_LEADER, RegistryError, SchemaLog
 from eddy.registry.requests import SchemaRequest
-from eddy.registry.service import RegistryService
+from eddy.registry.service.core import RegistryService
 from eddy.registry.state import SchemaState
 
 log = logging.getLogger("eddy.registry")

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from eddy.registry.formats import AVRO
+from eddy.formats.base import AVRO
 
 #: the largest key accepted (subjects are short; a key is four small fields)
 MAX_KEY_BYTES = 64 * 1024

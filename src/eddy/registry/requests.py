@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from eddy.formats.base import AVRO
 from eddy.registry.contract import (
     INVALID_COMPATIBILITY_LEVEL,
     INVALID_MODE,
@@ -16,7 +17,6 @@ from eddy.registry.contract import (
     INVALID_VERSION,
     RegistryError,
 )
-from eddy.registry.formats import AVRO
 from eddy.registry.records import MAX_JSON_DEPTH, MAX_REFERENCES, Reference, json_depth_exceeds
 
 LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL",

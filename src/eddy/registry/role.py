@@ -30,8 +30,8 @@ from eddy.http.tls_listener import TlsHttpListener
 from eddy.registry.cluster_route import ClusterRoute
 from eddy.registry.contract import UNKNOWN_LEADER, RegistryError
 from eddy.registry.forwarding import ForwardingService, WriteHandler
-from eddy.registry.http_routes import add_routes
-from eddy.registry.http_server import Handler, error_response, make_app
+from eddy.registry.http.routes import add_routes
+from eddy.registry.http.server import Handler, error_response, make_app
 from eddy.registry.kafka_log import KafkaSchemaLog, SchemaTopicError
 from eddy.registry.state import SchemaState
 from eddy.security.http_auth import HttpSecurity, auth_middleware, http_security

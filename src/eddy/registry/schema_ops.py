@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from eddy.formats.base import AVRO, JSON, PROTOBUF, Incompatibility, InvalidSchema, ParsedSchema
 from eddy.registry.contract import RegistryError
-from eddy.registry.formats import AVRO, JSON, PROTOBUF, Incompatibility, InvalidSchema, ParsedSchema
 from eddy.registry.records import Reference
 from eddy.registry.requests import invalid
 from eddy.registry.state import SchemaState, VersionEntry
@@ -66,13 +66,15 @@ def check_type(schema_type: str) -> None:
 def _format_module(schema_type: str) -> tuple[Callable[..., ParsedSchema], CompatFn]:
     """The parse and compatibility functions of a format (imported when first needed)."""
     if schema_type == AVRO:
-        from eddy.registry import avro_compat, avro_schema
+        from eddy.formats.avro import compat as avro_compat
+        from eddy.formats.avro import schema as avro_schema
         return avro_schema.parse, avro_compat.compatibility
     if schema_type == JSON:
-        from eddy.registry import json_schema
+        from eddy.formats.json_schema import schema as json_schema
         return json_schema.parse, json_schema.compatibility
     if schema_type == PROTOBUF:
-        from eddy.registry import protobuf_compat, protobuf_schema
+        from eddy.formats.protobuf import compat as protobuf_compat
+        from eddy.formats.protobuf import schema as protobuf_schema
         return protobuf_schema.parse, protobuf_compat.compatibility
     raise invalid(f"Invalid schema type {schema_type}")
 
@@ -268,7 +270,7 @@ def formatted(parsed: ParsedSchema, fmt: str | None, stored: str) -> str:
         return stored
     wanted = fmt.strip().lower()
     if wanted == "ignore_extensions" and parsed.schema_type == PROTOBUF:
-        from eddy.registry.protobuf_print import without_extensions
+        from eddy.formats.protobuf.printer import without_extensions
         model = getattr(parsed, "model", None)
         return without_extensions(model) if model is not None else stored
     method = {"serialized": "serialized", "resolved": "resolved"}.get(wanted)

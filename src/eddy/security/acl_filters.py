@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TypeVar
 
-from eddy.cluster.metadata.records import AclBinding
-from eddy.cluster.metadata.security import MAX_NAME
+from eddy.metadata.records import AclBinding
+from eddy.metadata.security import MAX_NAME
 from eddy.security.acl import (
     CLUSTER_NAME,
     WILDCARD,

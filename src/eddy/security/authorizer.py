@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
-from eddy.cluster.metadata.records import AclBinding
+from eddy.metadata.records import AclBinding
 from eddy.security.acl import (
     IMPLIED_BY,
     OPERATIONS_OF,

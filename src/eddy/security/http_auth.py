@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, Literal
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from eddy.broker.connection_limits import LogThrottle
-from eddy.cluster.metadata.records import ScramCredential
-from eddy.cluster.scram import MECHANISMS
+from eddy.metadata.records import ScramCredential
 from eddy.security.acl import AclOperation, ResourceType
 from eddy.security.authorizer import Authorizer
+from eddy.security.connection_limits import LogThrottle
 from eddy.security.ratelimit import FailureLimiter
 from eddy.security.sasl import MAX_PLAIN_FIELD, CredentialLookup, PlainExchange, SaslFailure
+from eddy.security.scram import MECHANISMS
 from eddy.security.session import ANONYMOUS
 from eddy.security.settings import http_authentication_method
 from eddy.security.tls import TlsContext, TlsMaterial, principal_of
@@ -297,7 +297,7 @@ def http_security(listener: Literal["registry", "admin"], config: BrokerConfig,
     its ``<listener>.ssl.enabled`` and ``<listener>.authentication.method``, the users of
     the cluster's metadata, the broker's authorizer. TlsError when the PEM material does
     not load."""
-    from eddy.security.servers import cluster_lookup  # the broker's side of the users
+    from eddy.node.kafka_listeners import cluster_lookup  # the broker's side of the users
 
     if listener == "registry":
         ssl_enabled, method = config.registry_ssl_enabled, config.registry_authentication_method

@@ -21,7 +21,7 @@ eddy.security.authorizer.Authorizer's, as coroutines. ``LocalDecisions`` is the 
 interface over a co-located broker's own authorizer (a node that is broker and gateway).
 
 Whatever a peer sends is checked before use: the principal and host as TAG_KAFKA_OP_AS's
-(eddy.gateway.acting.check_client), at most ``MAX_CHECKS`` checks, names at most
+(eddy.security.acting.check_client), at most ``MAX_CHECKS`` checks, names at most
 ``MAX_NAME`` characters, operations and resource types Kafka's known ones; an answer must
 carry one decision per check.
 """
@@ -35,8 +35,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from eddy.gateway.acting import check_client
-from eddy.mesh import postcard
+from eddy import postcard
 from eddy.mesh.frames import (
     AUTHORIZE_ANY,
     AUTHORIZE_RESOURCE,
@@ -48,6 +47,7 @@ from eddy.mesh.frames import (
 )
 from eddy.protocol.errors import ErrorCode
 from eddy.security.acl import CLUSTER_NAME, OPERATIONS_OF, AclOperation, ResourceType
+from eddy.security.acting import check_client
 from eddy.security.authorizer import Authorizer
 from eddy.security.mesh_brokers import BrokerAsker
 

@@ -32,17 +32,17 @@ from typing import Any
 
 from scramp import ScramMechanism  # type: ignore[import-untyped]
 
-from eddy.cluster.metadata.records import ScramCredential
-from eddy.cluster.metadata.security import (
+from eddy import postcard
+from eddy.mesh.directory import DEAD, Directory
+from eddy.mesh.frames import TAG_CREDENTIALS, CredentialAnswer, CredentialRequest, Frame
+from eddy.metadata.records import ScramCredential
+from eddy.metadata.security import (
     MAX_ITERATIONS,
     MAX_NAME,
     MAX_SALT,
     MIN_ITERATIONS,
     SCRAM_MECHANISMS,
 )
-from eddy.mesh import postcard
-from eddy.mesh.directory import DEAD, Directory
-from eddy.mesh.frames import TAG_CREDENTIALS, CredentialAnswer, CredentialRequest, Frame
 from eddy.protocol.errors import ErrorCode
 from eddy.security.mesh_brokers import BrokerAsker
 from eddy.security.sasl import SaslFailure, parse_plain

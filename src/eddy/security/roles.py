@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from eddy.cluster.metadata.records import AclBinding
+from eddy.metadata.records import AclBinding
 from eddy.security.acl import (
     CLUSTER_NAME,
     WILDCARD,

@@ -21,8 +21,8 @@ from typing import Protocol
 
 from scramp import ScramException, ScramMechanism  # type: ignore[import-untyped]
 
-from eddy.cluster.metadata.records import ScramCredential
-from eddy.cluster.scram import MECHANISMS, derive_keys, salted_password
+from eddy.metadata.records import ScramCredential
+from eddy.security.scram import MECHANISMS, derive_keys, salted_password
 
 __all__ = [
     "CredentialLookup",

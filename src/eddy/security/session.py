@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from eddy.broker.connection_limits import LogThrottle
 from eddy.protocol.errors import CloseConnection
+from eddy.security.connection_limits import LogThrottle
 from eddy.security.ratelimit import FailureLimiter
 from eddy.security.sasl import CredentialLookup, Exchange, SaslFailure, make_exchange
 

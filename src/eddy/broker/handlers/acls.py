@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from eddy.broker.handlers.proposals import OK, Change, Outcome, make_all
-from eddy.cluster.metadata import MetadataState
-from eddy.cluster.metadata.commands import CreateAcl, DeleteAcl
-from eddy.cluster.metadata.records import AclBinding
+from eddy.metadata import MetadataState
+from eddy.metadata.commands import CreateAcl, DeleteAcl
+from eddy.metadata.records import AclBinding
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import SecretStr
 
 from eddy.broker.dynamic_configs import checked, resource_node
-from eddy.cluster.metadata.configs import DYNAMIC_BROKER_CONFIGS
 from eddy.config import TOPIC_DEFAULT_FIELDS, BrokerConfig, kafka_name
 from eddy.log.config import TOPIC_CONFIGS, ConfigDef
+from eddy.metadata.configs import DYNAMIC_BROKER_CONFIGS
 from eddy.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:

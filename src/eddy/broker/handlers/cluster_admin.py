@@ -28,16 +28,16 @@ from eddy.broker.handlers.topic_results import (
     topic_denied,
     unknown_topic_id,
 )
-from eddy.cluster.controller_rpc import (
+from eddy.cluster.controller.rpc import (
     ControllerReply,
     ControllerRequest,
     CreatePartitionsRequest,
     CreateTopicRequest,
     DeleteTopicRequest,
 )
-from eddy.cluster.metadata import MetadataState
-from eddy.cluster.metadata.records import ConfigEntry
 from eddy.log.manager import validate_topic_name
+from eddy.metadata import MetadataState
+from eddy.metadata.records import ConfigEntry
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode, KafkaError

@@ -13,11 +13,11 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from eddy.cluster.controller_client import ControllerUnavailable
-from eddy.cluster.controller_rpc import CreateTopicRequest, error_of
-from eddy.cluster.metadata import NO_LEADER, MetadataState
-from eddy.cluster.metadata.endpoints import endpoint
-from eddy.cluster.metadata.records import TopicRecord
+from eddy.cluster.controller.client import ControllerUnavailable
+from eddy.cluster.controller.rpc import CreateTopicRequest, error_of
+from eddy.metadata import NO_LEADER, MetadataState
+from eddy.metadata.endpoints import endpoint
+from eddy.metadata.records import TopicRecord
 from eddy.protocol.codec import build
 from eddy.protocol.errors import ErrorCode
 

@@ -14,13 +14,13 @@ from eddy.broker.handlers.broker_configs import TOPIC_CONFIG as TOPIC_CONFIG
 from eddy.broker.handlers.broker_configs import static_entries, topic_synonyms
 from eddy.broker.handlers.cluster_metadata import APPLY_WAIT_S
 from eddy.broker.handlers.topic_results import GROUP_DENIED, cluster_denied, topic_denied
-from eddy.cluster.controller_rpc import ProposeRequest
-from eddy.cluster.metadata import encode_command
-from eddy.cluster.metadata.commands import AlterTopicConfigs
-from eddy.cluster.metadata.configs import DYNAMIC_BROKER_CONFIGS
-from eddy.cluster.metadata.records import ConfigEntry
+from eddy.cluster.controller.rpc import ProposeRequest
 from eddy.config import BrokerConfig
 from eddy.log.config import TOPIC_CONFIGS, ConfigDef, InvalidConfig, TopicConfig, validate_overrides
+from eddy.metadata import encode_command
+from eddy.metadata.commands import AlterTopicConfigs
+from eddy.metadata.configs import DYNAMIC_BROKER_CONFIGS
+from eddy.metadata.records import ConfigEntry
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode, KafkaError

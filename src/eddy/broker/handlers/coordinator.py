@@ -15,12 +15,12 @@ from typing import Any
 
 from eddy.broker.broker import Broker
 from eddy.broker.handlers.cluster_metadata import live_brokers
-from eddy.observe.tracing import span
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode
 from eddy.security.acl import AclOperation, ResourceType
 from eddy.security.checks import allowed
+from eddy.telemetry.tracing import span
 
 GROUP = 0
 TRANSACTION = 1

@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from eddy.broker.handlers.cluster_metadata import APPLY_WAIT_S, CONTROLLER_WAIT_S
 from eddy.broker.handlers.topic_results import CLUSTER_DENIED
+from eddy.cluster.controller.client import ControllerUnavailable
 from eddy.cluster.controller.elections import NOT_NEEDED_MESSAGE, PREFERRED, UNCLEAN
-from eddy.cluster.controller_client import ControllerUnavailable
-from eddy.cluster.controller_rpc import (
+from eddy.cluster.controller.rpc import (
     ElectionTopic,
     ElectLeadersRequest,
     error_of,
 )
-from eddy.cluster.metadata import NO_LEADER, MetadataState
+from eddy.metadata import NO_LEADER, MetadataState
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode
@@ -39,7 +39,7 @@ from eddy.security.checks import cluster_allowed
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
-from eddy.cluster.controller_outcomes import answer_every_partition, error_message, outcome_rows
+from eddy.cluster.controller.outcomes import answer_every_partition, error_message, outcome_rows
 
 __all__ = ["elect_leaders"]
 

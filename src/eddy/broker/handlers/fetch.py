@@ -16,7 +16,6 @@ from typing import Any
 from eddy.broker.broker import Broker
 from eddy.broker.handlers.leader_hints import endpoints, leader_hint
 from eddy.log.partition import FetchSlice, PartitionLog
-from eddy.observe import tracing
 from eddy.protocol.codec import Encoded, Request
 from eddy.protocol.errors import ErrorCode, KafkaError
 from eddy.protocol.fetch_codec import (
@@ -27,6 +26,7 @@ from eddy.protocol.fetch_codec import (
 )
 from eddy.security.acl import AclOperation, ResourceType
 from eddy.security.checks import allowed, cluster_allowed
+from eddy.telemetry import tracing
 
 READ_COMMITTED = 1
 

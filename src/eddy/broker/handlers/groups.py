@@ -26,12 +26,12 @@ from eddy.groups.state import (
     OffsetFetchPartition,
     SyncGroupResponse,
 )
-from eddy.observe.tracing import span
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode
 from eddy.security.acl import AclOperation, ResourceType
 from eddy.security.checks import allowed, cluster_allowed, operations
+from eddy.telemetry.tracing import span
 
 _NO_TIME = datetime.timedelta(0)
 NO_OPS = -2147483648

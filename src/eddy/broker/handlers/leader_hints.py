@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from eddy.cluster.metadata.endpoints import endpoint
+from eddy.metadata.endpoints import endpoint
 from eddy.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ from typing import Any
 
 from eddy.broker.broker import Broker
 from eddy.broker.handlers import cluster_metadata
-from eddy.cluster.metadata import MetadataState
 from eddy.log.manager import Topic, validate_topic_name
+from eddy.metadata import MetadataState
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode, KafkaError

@@ -18,7 +18,6 @@ from kio.static.primitive import i32
 from eddy.broker.broker import Broker
 from eddy.broker.handlers.leader_hints import endpoints, leader_hint
 from eddy.log.partition import PartitionLog
-from eddy.observe import tracing
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import CloseConnection, ErrorCode, KafkaError
@@ -31,6 +30,7 @@ from eddy.protocol.record_batch import (
 from eddy.protocol.records import CorruptRecordError, batch_payload, iter_records
 from eddy.security.acl import AclOperation, ResourceType
 from eddy.security.checks import allowed
+from eddy.telemetry import tracing
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from eddy.broker.dynamic_configs import APPLY_WAIT_S
-from eddy.cluster.controller_rpc import ProposeRequest
-from eddy.cluster.metadata import MetadataState, encode_command
+from eddy.cluster.controller.rpc import ProposeRequest
+from eddy.metadata import MetadataState, encode_command
 from eddy.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:

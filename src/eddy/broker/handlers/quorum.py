@@ -12,8 +12,8 @@ from typing import Any
 from eddy.broker.broker import Broker
 from eddy.broker.handlers.cluster_metadata import CONTROLLER_WAIT_S, host_port
 from eddy.broker.handlers.topic_results import CLUSTER_DENIED
-from eddy.cluster.controller_client import ControllerUnavailable
-from eddy.cluster.controller_rpc import QuorumRequest, ReplicaProgress, error_of
+from eddy.cluster.controller.client import ControllerUnavailable
+from eddy.cluster.controller.rpc import QuorumRequest, ReplicaProgress, error_of
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode

@@ -1,7 +1,7 @@
 """AlterPartitionReassignments (API 45) and ListPartitionReassignments (API 46), KIP-455.
 
 On a cluster the controller decides (``AlterReassignmentsRequest`` over the mesh; see
-``eddy.cluster.metadata.reassignments`` for the model and the error codes) and the answer
+``eddy.metadata.reassignments`` for the model and the error codes) and the answer
 goes back once this node's replica of the metadata shows the change, so a List sent here
 next sees it. List answers from this node's replica of the metadata (every node holds one).
 
@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 from eddy.broker.handlers.cluster_metadata import APPLY_WAIT_S, CONTROLLER_WAIT_S
 from eddy.broker.handlers.topic_results import CLUSTER_DENIED
-from eddy.cluster.controller_client import ControllerUnavailable
-from eddy.cluster.controller_rpc import (
+from eddy.cluster.controller.client import ControllerUnavailable
+from eddy.cluster.controller.rpc import (
     AlterReassignmentsRequest,
     ReassignPartition,
     ReassignTopic,
     error_of,
 )
-from eddy.cluster.metadata import MetadataState
-from eddy.cluster.metadata.reassignments import ReassignmentRecord
+from eddy.metadata import MetadataState
+from eddy.metadata.reassignments import ReassignmentRecord
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode
@@ -38,7 +38,7 @@ from eddy.security.checks import cluster_allowed
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
-from eddy.cluster.controller_outcomes import answer_every_partition, outcome_rows
+from eddy.cluster.controller.outcomes import answer_every_partition, outcome_rows
 
 __all__ = ["alter_partition_reassignments", "list_partition_reassignments"]
 

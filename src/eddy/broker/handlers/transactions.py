@@ -16,12 +16,12 @@ import datetime
 from typing import Any
 
 from eddy.broker.broker import Broker
-from eddy.observe.tracing import span
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode
 from eddy.security.acl import AclOperation, ResourceType
 from eddy.security.checks import allowed
+from eddy.telemetry.tracing import span
 
 _NO_TIME = datetime.timedelta(0)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)

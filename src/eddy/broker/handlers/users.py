@@ -1,7 +1,7 @@
 """SCRAM users (KIP-554): DescribeUserScramCredentials and AlterUserScramCredentials.
 
 Users are cluster metadata: any node takes an alteration, derives the keys the server keeps
-(``eddy.cluster.scram``: StoredKey and ServerKey, never the salted password), has the
+(``eddy.security.scram``: StoredKey and ServerKey, never the salted password), has the
 controller apply an ``UpsertScramUser`` / ``DeleteScramUser`` command, and answers once its
 own replica of the metadata shows the change. Any node describes users from its replica.
 Requests are checked as Apache Kafka's controller checks them, with its codes and messages:
@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 from eddy.broker.handlers.proposals import OK, Change, Outcome, make_all
 from eddy.broker.handlers.topic_results import CLUSTER_DENIED
-from eddy.cluster.metadata import MetadataState
-from eddy.cluster.metadata.commands import DeleteScramUser, UpsertScramUser
-from eddy.cluster.metadata.records import ScramCredential
-from eddy.cluster.metadata.security import MAX_ITERATIONS, MAX_NAME, MAX_SALT, MIN_ITERATIONS
-from eddy.cluster.scram import MECHANISMS, derive_keys
+from eddy.metadata import MetadataState
+from eddy.metadata.commands import DeleteScramUser, UpsertScramUser
+from eddy.metadata.records import ScramCredential
+from eddy.metadata.security import MAX_ITERATIONS, MAX_NAME, MAX_SALT, MIN_ITERATIONS
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import Request, build, response_module
 from eddy.protocol.errors import ErrorCode
 from eddy.security.acl import AclOperation
 from eddy.security.checks import cluster_allowed
+from eddy.security.scram import MECHANISMS, derive_keys
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker

@@ -2,7 +2,7 @@
 ``metadata`` group's leader, reads ``MetadataState`` and returns commands to propose."""
 
 from eddy.cluster.controller.config import ControllerConfig, ControllerError
-from eddy.cluster.controller.controller import Controller, TaskHook
+from eddy.cluster.controller.machine import Controller, TaskHook
 from eddy.cluster.controller.registry import BrokerSessions
 from eddy.cluster.controller.tasks import StorageGc, TaskSchedule
 

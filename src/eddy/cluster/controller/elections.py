@@ -24,9 +24,9 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from eddy.cluster.controller.leaders import elect, leader_change
-from eddy.cluster.metadata.commands import ChangePartitionLeader
-from eddy.cluster.metadata.records import NO_LEADER
-from eddy.cluster.metadata.state import MetadataState
+from eddy.metadata.commands import ChangePartitionLeader
+from eddy.metadata.records import NO_LEADER
+from eddy.metadata.state import MetadataState
 from eddy.protocol.errors import ErrorCode
 
 __all__ = [

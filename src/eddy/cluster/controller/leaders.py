@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 
-from eddy.cluster.metadata.commands import ChangePartitionLeader
-from eddy.cluster.metadata.records import NO_LEADER, PartitionRecord
-from eddy.cluster.metadata.state import MetadataState
+from eddy.metadata.commands import ChangePartitionLeader
+from eddy.metadata.records import NO_LEADER, PartitionRecord
+from eddy.metadata.state import MetadataState
 
 __all__ = ["elect", "leader_change", "partitions", "preferred_leader_moves", "reconcile"]
 

@@ -1,5 +1,5 @@
 """AlterPartitionReassignments on the controller, and completing reassignments (pure
-functions of the state; see ``eddy.cluster.metadata.reassignments`` for the model).
+functions of the state; see ``eddy.metadata.reassignments`` for the model).
 
 Each partition asked is checked against the state as the command would be when applied
 (so a refusal is answered at once and never reaches the Raft log); the ones that pass
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from eddy.cluster.metadata.commands import AlterReassignment, CompleteReassignment
-from eddy.cluster.metadata.reassignments import plan_alter, ready
-from eddy.cluster.metadata.result import Rejected
-from eddy.cluster.metadata.state import MetadataState
+from eddy.metadata.commands import AlterReassignment, CompleteReassignment
+from eddy.metadata.reassignments import plan_alter, ready
+from eddy.metadata.result import Rejected
+from eddy.metadata.state import MetadataState
 from eddy.protocol.errors import ErrorCode
 
 __all__ = ["ReassignOutcome", "completions", "plan_reassignments"]

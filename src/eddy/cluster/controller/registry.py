@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from eddy.cluster.metadata.records import BrokerRecord
-from eddy.cluster.metadata.state import MetadataState
+from eddy.metadata.records import BrokerRecord
+from eddy.metadata.state import MetadataState
 
 __all__ = ["BrokerSessions"]
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from eddy.cluster.controller.config import ControllerError
-from eddy.cluster.metadata.state import MetadataState
+from eddy.metadata.state import MetadataState
 from eddy.protocol.errors import ErrorCode
 
 __all__ = ["MAX_HOSTED_TOPICS", "StorageGc", "TaskSchedule"]

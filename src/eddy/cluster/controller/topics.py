@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from eddy.cluster.controller.config import ControllerError
-from eddy.cluster.metadata.commands import CreatePartitions, CreateTopic, DeleteTopic
-from eddy.cluster.metadata.configs import check_topic_overrides, dict_to_entries
-from eddy.cluster.metadata.result import Rejected
-from eddy.cluster.metadata.state import MetadataState
-from eddy.cluster.metadata.topics import MAX_PARTITIONS, TOPIC_ID_BYTES, collision_key
 from eddy.cluster.placement import HashRing, PlacementError
 from eddy.log.manager import validate_topic_name
+from eddy.metadata.commands import CreatePartitions, CreateTopic, DeleteTopic
+from eddy.metadata.configs import check_topic_overrides, dict_to_entries
+from eddy.metadata.result import Rejected
+from eddy.metadata.state import MetadataState
+from eddy.metadata.topics import MAX_PARTITIONS, TOPIC_ID_BYTES, collision_key
 from eddy.protocol.errors import ErrorCode, KafkaError
 
 __all__ = ["plan_create_partitions", "plan_create_topic", "plan_delete_topic"]

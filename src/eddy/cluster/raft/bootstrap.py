@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from eddy.cluster.raft.memstore import MemoryLogStore
-from eddy.cluster.raft.storage import RaftStorage
+from eddy.cluster.raft.storage.disk import RaftStorage
 from eddy.cluster.raft.types import ConfState, HardState, Snapshot
 
 Store = RaftStorage | MemoryLogStore

@@ -42,7 +42,6 @@ from typing import Any, TypeVar
 from eddy.clock import Clock
 from eddy.cluster.raft.bootstrap import Store, bootstrap, is_empty, stored_snapshot
 from eddy.cluster.raft.core import RaftNode
-from eddy.cluster.raft.driver_ready import ReadyHandling
 from eddy.cluster.raft.driver_types import (
     COMMIT_FLUSH_S,
     MAX_INBOX,
@@ -71,9 +70,10 @@ from eddy.cluster.raft.ready import (
     Role,
     SoftState,
 )
-from eddy.cluster.raft.storage import RaftStorage, RaftStorageError
+from eddy.cluster.raft.ready_runner import ReadyHandling
+from eddy.cluster.raft.storage.disk import RaftStorage, RaftStorageError
+from eddy.cluster.raft.transport import RaftTransport
 from eddy.cluster.raft.types import ConfState
-from eddy.cluster.raft_transport import RaftTransport
 
 __all__ = [
     "CONF_ADD_LEARNER", "CONF_ADD_VOTER", "CONF_KINDS", "CONF_REMOVE_NODE", "MAX_INBOX",

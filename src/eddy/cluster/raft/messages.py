@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from eddy import postcard
 from eddy.cluster.raft.types import Entry, Snapshot
-from eddy.mesh import postcard
-from eddy.mesh.postcard import U8, U64
+from eddy.postcard import U8, U64
 
 
 class RaftMessageError(ValueError):

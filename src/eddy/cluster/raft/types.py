@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from eddy.mesh.postcard import U8, U64
+from eddy.postcard import U8, U64
 
 #: entry kinds
 ENTRY_NORMAL: int = 0  # an application command (data = the state machine's bytes)

@@ -34,10 +34,10 @@ from kio.schema.offset_for_leader_epoch.v4 import request as ofle_req
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i32, i64
 
-from eddy.cluster.metadata.endpoints import inter_broker
 from eddy.cluster.replication.divergence import truncation_offset
 from eddy.cluster.replication.link import LeaderLink, MalformedResponse
 from eddy.log.partition import PartitionLog
+from eddy.metadata.endpoints import inter_broker
 from eddy.protocol.errors import ErrorCode, KafkaError
 from eddy.protocol.replica_batches import check_replica_batches
 from eddy.security.inter_broker import InterBrokerSecurity

@@ -29,12 +29,12 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from eddy.cluster.controller_client import ControllerUnavailable
-from eddy.cluster.controller_rpc import AlterIsrRequest, error_of
-from eddy.cluster.metadata.records import NO_LEADER, PartitionRecord
+from eddy.cluster.controller.client import ControllerUnavailable
+from eddy.cluster.controller.rpc import AlterIsrRequest, error_of
 from eddy.cluster.replication.fetcher import Fetcher, Follow
 from eddy.cluster.replication.leader import LeaderState
 from eddy.log.partition import PartitionLog
+from eddy.metadata.records import NO_LEADER, PartitionRecord
 from eddy.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:

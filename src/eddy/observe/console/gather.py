@@ -13,18 +13,18 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from eddy.cluster.metadata.records import NO_LEADER
 from eddy.log.config import TOPIC_CONFIGS, TopicConfig
 from eddy.log.manager import INTERNAL_TOPICS
 from eddy.mesh.directory import ALIVE
+from eddy.metadata.records import NO_LEADER
 from eddy.observe.console.params import ParamError
 from eddy.observe.console.sampler import Sampler
-from eddy.observe.pipeline_status import STATUS_TOPIC
+from eddy.telemetry.pipeline_status import STATUS_TOPIC
 from eddy.txn.coordinator import COMPLETE_ABORT, COMPLETE_COMMIT, EMPTY
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
-    from eddy.node import Node
+    from eddy.node.parts import Node
 
 #: rows any list of the console holds at most
 MAX_ROWS = 1000

@@ -16,7 +16,7 @@ from eddy.observe.console.gather import MAX_ROWS, broker_of
 from eddy.observe.console.sampler import MAX_LAG_PARTITIONS, Sampler, group_lags
 
 if TYPE_CHECKING:
-    from eddy.node import Node
+    from eddy.node.parts import Node
 
 #: lag (records) from which a partition's indicator turns from "behind" to "far behind"
 FAR_BEHIND = 1000

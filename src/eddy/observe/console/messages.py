@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from eddy.log.partition import FetchSlice
 from eddy.observe.console import params
-from eddy.observe.console.decode import Found, SchemaLookup, Shown, framed_id, show_bytes
+from eddy.observe.console.decode.values import Found, SchemaLookup, Shown, framed_id, show_bytes
 from eddy.observe.console.params import ParamError
 from eddy.protocol.errors import KafkaError
 from eddy.protocol.record_batch import HEADER_SIZE, parse_header

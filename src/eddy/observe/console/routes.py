@@ -17,14 +17,14 @@ from aiohttp import web
 
 from eddy.observe.console import gather, pages
 from eddy.observe.console import groups as groups_data
-from eddy.observe.console.decode import SchemaLookup
+from eddy.observe.console.decode.values import SchemaLookup
 from eddy.observe.console.html import page
 from eddy.observe.console.messages import MessageBrowser, parse_query
 from eddy.observe.console.params import ParamError, check_topic
 from eddy.observe.console.sampler import Sampler
 
 if TYPE_CHECKING:
-    from eddy.node import Node
+    from eddy.node.parts import Node
 
 CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
        "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from eddy.observe.counters import LATENCY_BUCKETS, HotCounters
+from eddy.telemetry.counters import LATENCY_BUCKETS, HotCounters
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker

@@ -1,0 +1,1 @@
+"""`eddy cluster`: status and ping, leader elections, the Raft groups."""

@@ -1,0 +1,2 @@
+"""A Raft group's durable storage: the log's segment files, the hard state and snapshot files,
+the store over them."""

@@ -1,0 +1,2 @@
+"""JSON Schema: parsing hostile schema texts, canonical forms, Confluent's compatibility
+rules."""

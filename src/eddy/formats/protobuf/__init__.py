@@ -1,0 +1,2 @@
+"""Protobuf schemas: the .proto model, parsing, descriptors, Confluent's printed forms,
+compatibility."""

@@ -1,0 +1,2 @@
+"""The offsets Raft group in the whole-cluster simulation: its group coordinator, the committing
+clients, OffsetFetch."""
