@@ -70,6 +70,7 @@ from bench.fuzz.registry_seeds import (
 from eddy.formats.avro import compat as avro_compat
 from eddy.formats.avro import schema as avro_schema
 from eddy.formats.base import InvalidSchema, References
+from eddy.formats.json_schema import compat as json_compat
 from eddy.formats.json_schema import schema as json_schema
 from eddy.formats.protobuf import compat as protobuf_compat
 from eddy.formats.protobuf import schema as protobuf_schema
@@ -327,7 +328,7 @@ def _avro_stored(text: str, refs: References) -> Any:
 FORMATS: dict[str, tuple[str, list[Parse], Parse, Compat]] = {
     # type: (short name, parses of a new text, parse of a stored one, compatibility)
     "AVRO": ("avro", [_avro, _avro_stored], _avro_stored, avro_compat.compatibility),
-    "JSON": ("json", [json_schema.parse], json_schema.parse, json_schema.compatibility),
+    "JSON": ("json", [json_schema.parse], json_schema.parse, json_compat.compatibility),
     "PROTOBUF": ("protobuf", [protobuf_schema.parse], protobuf_schema.parse,
                  protobuf_compat.compatibility),
 }

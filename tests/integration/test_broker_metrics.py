@@ -2,10 +2,11 @@
 
 A cluster of one (``process.roles=broker,controller``: Raft groups, the group coordinator on
 the offsets group) runs in this process on its own event loop thread, so the test reads
-``broker.metrics.render()`` on that loop, as the admin listener's ``/metrics`` will. Records
-of known size and timestamp are produced, a group consumes and commits part of them, a
-transactional producer commits one transaction and aborts another; the scrape then shows
-the counts, the lag in records and seconds, requests per API, log sizes and Raft state.
+the broker's ``BrokerMetrics.render()`` on that loop, as the admin listener's ``/metrics``
+does. Records of known size and timestamp are produced, a group consumes and commits part of
+them, a transactional producer commits one transaction and aborts another; the scrape then
+shows the counts, the lag in records and seconds, requests per API, log sizes and Raft
+state.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from eddy.observe.metrics import BrokerMetrics
+
 TIMEOUT = 20
 TOPIC = "metrics-orders"
 GROUP = "metrics-app"
@@ -39,11 +42,16 @@ AGE_MS = 60_000
 class LocalNode(InProcessNode):
     """A cluster of one in this process whose metrics the test renders on its loop."""
 
+    metrics: BrokerMetrics | None = None
+
     def scrape(self, openmetrics: bool = False) -> tuple[dict[str, Metric], str]:
-        """One render on the broker's loop, parsed back."""
+        """One render on the broker's loop, parsed back (the broker's metrics made once,
+        as the admin listener makes them)."""
         async def render() -> tuple[bytes, str]:
             assert self.node is not None and self.node.broker is not None
-            return self.node.broker.metrics.render(openmetrics)
+            if self.metrics is None:
+                self.metrics = BrokerMetrics.for_broker(self.node.broker)
+            return self.metrics.render(openmetrics)
         body, content_type = self.run(render())
         parse = parse_openmetrics if openmetrics else text_string_to_metric_families
         return {f.name: f for f in parse(body.decode())}, content_type

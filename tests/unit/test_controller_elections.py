@@ -12,6 +12,7 @@ from test_controller import Cluster, _expand_isrs
 
 from eddy import postcard
 from eddy.cluster.controller import ControllerError
+from eddy.cluster.controller.batch_rpcs import ElectionRpcs
 from eddy.cluster.controller.elections import PREFERRED, UNCLEAN, ElectionOutcome
 from eddy.cluster.controller.rpc import (
     ControlledShutdownRequest,
@@ -23,7 +24,6 @@ from eddy.cluster.controller.rpc import (
     decode_request,
     reply,
 )
-from eddy.cluster.controller.service_elections import ElectionRpcs
 from eddy.metadata import NO_LEADER, ApplyResult, MetadataCommand, encode_command
 from eddy.metadata.commands import ChangeIsr, ChangePartitionLeader
 from eddy.protocol.errors import ErrorCode

@@ -20,6 +20,7 @@ from test_controller_elections import _moved_away
 
 from eddy import postcard
 from eddy.broker.handlers.elect_leaders import elect_leaders
+from eddy.cluster.controller.batch_rpcs import ElectionRpcs
 from eddy.cluster.controller.client import ControllerUnavailable
 from eddy.cluster.controller.elections import (
     ELIGIBLE_MESSAGE,
@@ -37,7 +38,6 @@ from eddy.cluster.controller.rpc import (
     decode_reply,
     reply,
 )
-from eddy.cluster.controller.service_elections import ElectionRpcs
 from eddy.metadata import ApplyResult, MetadataCommand, MetadataState, encode_command
 from eddy.metadata.commands import ChangeIsr
 from eddy.protocol.apis import ApiKey

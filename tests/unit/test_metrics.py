@@ -27,17 +27,17 @@ from eddy.groups.state import GroupEvent
 from eddy.metadata.records import PartitionRecord
 from eddy.observe.broker_state import BrokerState
 from eddy.observe.collectors import PartitionStats, consumer_lag
-from eddy.protocol.apis import ApiKey
-from eddy.protocol.record_batch import validate_batches
-from eddy.protocol.records import build_batch
-from eddy.telemetry.counters import LATENCY_BUCKETS
-from eddy.telemetry.metrics import (
+from eddy.observe.metrics import (
     METRIC_TYPES,
     OPENMETRICS_CONTENT_TYPE,
     TEXT_CONTENT_TYPE,
     BrokerMetrics,
     wants_openmetrics,
 )
+from eddy.protocol.apis import ApiKey
+from eddy.protocol.record_batch import validate_batches
+from eddy.protocol.records import build_batch
+from eddy.telemetry.counters import LATENCY_BUCKETS
 
 NOW = 1_700_000_000_000
 
@@ -416,7 +416,11 @@ def test_broker_owns_its_metrics_and_the_setting_turns_counting_off(tmp_path: Pa
     off = Broker(load_config(env={}, overrides={"data_dir": str(tmp_path / "b"),
                                                 "metrics.enable": "false"}), ManualClock())
     assert on.metrics.enabled and not off.metrics.enabled
-    assert on.metrics.registry is not off.metrics.registry
+    assert on.metrics.counts is not off.metrics.counts
+    # each broker's Prometheus metrics (the admin listener's) are its own and read its counts
+    on_metrics, off_metrics = BrokerMetrics.for_broker(on), BrokerMetrics.for_broker(off)
+    assert on_metrics.registry is not off_metrics.registry
+    assert on_metrics.counts is on.metrics.counts and not off_metrics.enabled
 
 
 @dataclass
@@ -443,8 +447,10 @@ def test_the_leader_counts_committed_isr_changes(broker: Broker) -> None:
     led, followed = broker.logs.partition("t", 0), broker.logs.partition("t", 1)
     assert led is not None and followed is not None
 
+    metrics = BrokerMetrics.for_broker(broker)
+
     def isr_counts() -> tuple[float, float]:
-        families = scrape(broker.metrics)
+        families = scrape(metrics)
         return (value(families, "eddy_isr_shrinks_total", topic="t")
                 if has_sample(families, "eddy_isr_shrinks_total", topic="t") else 0,
                 value(families, "eddy_isr_expands_total", topic="t")

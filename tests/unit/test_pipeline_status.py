@@ -10,12 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eddy.telemetry.pipeline_status import (
-    MAX_VALUE_BYTES,
-    PipelineCollector,
-    PipelineStatus,
-    decode,
-)
+from eddy.observe.pipelines import PipelineCollector
+from eddy.telemetry.pipeline_status import MAX_VALUE_BYTES, PipelineStatus, decode
 
 GOOD = PipelineStatus(name="orders", state="running", batch_id=3, rows_total=500,
                       rows_per_s=120.5, lag_records=7, dead_letters=2, updated_ms=10_000,

@@ -17,8 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eddy.formats.base import JSON, MAX_DEPTH, MAX_SCHEMA_CHARS, InvalidSchema
-from eddy.formats.json_schema.compat import COMPATIBLE_CHANGES, TOO_COMPLEX, _max_matching
-from eddy.formats.json_schema.schema import JsonSchema, compatibility, parse
+from eddy.formats.json_schema.compat import (
+    COMPATIBLE_CHANGES,
+    TOO_COMPLEX,
+    _max_matching,
+    compatibility,
+)
+from eddy.formats.json_schema.schema import JsonSchema, parse
 
 
 def schema(value: Any, refs: dict[str, str] | None = None) -> JsonSchema:

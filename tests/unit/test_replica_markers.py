@@ -13,11 +13,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from eddy.broker.broker import Broker
-from eddy.broker.producers import ABORT, COMMIT, NO_COORDINATOR_EPOCH, marker_of
 from eddy.clock import ManualClock
 from eddy.config import load_config
 from eddy.log.partition import PartitionLog
 from eddy.protocol.errors import ErrorCode
+from eddy.protocol.markers import ABORT, COMMIT, NO_COORDINATOR_EPOCH, marker_of
 from eddy.protocol.record_batch import CONTROL_BIT, TRANSACTIONAL_BIT
 from eddy.protocol.records import build_batch
 from eddy.protocol.replica_batches import check_replica_batches

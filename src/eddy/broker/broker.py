@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any
 from eddy.broker.dynamic_configs import DynamicConfigs
 from eddy.broker.flusher import Flusher, GroupCommit
 from eddy.broker.producers import ProducerStates
+from eddy.broker.settings import BrokerSettings
 from eddy.broker.waiters import AppendNotifier
 from eddy.clock import Clock
-from eddy.config import BrokerConfig
 from eddy.groups.service import GroupService
 from eddy.log import compaction
 from eddy.log.manager import INTERNAL_TOPICS, LogManager, Topic
 from eddy.log.partition import PartitionLog
 from eddy.log.state_files import atomic_write
 from eddy.protocol.errors import ErrorCode, KafkaError
-from eddy.telemetry.metrics import BrokerMetrics
+from eddy.telemetry.counters import BrokerReports
 from eddy.txn.producer_ids import ProducerIdAllocator
 from eddy.txn.service import TransactionService
 
@@ -52,12 +52,13 @@ def load_cluster_id(data_dir: str, node_id: int) -> str:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, clock: Clock) -> None:
+    def __init__(self, config: BrokerSettings, clock: Clock) -> None:
         self.config = config
         self.clock = clock
         self.node_id = config.node_id
-        #: Prometheus metrics: handlers bump ``metrics.counts``; scrapes call ``render()``
-        self.metrics = BrokerMetrics.for_broker(self)
+        #: what its parts report: handlers bump ``metrics.counts``; listeners are watched
+        #: (the admin listener's Prometheus metrics read both when scraped)
+        self.metrics = BrokerReports(config.metrics_enable)
         self.logs = LogManager(config.data_dir, config.topic_defaults())
         self.dynamic_configs = DynamicConfigs(self)
         self.notifier = AppendNotifier()

@@ -35,7 +35,7 @@ from eddy.broker.handlers import (
 from eddy.broker.memory_pool import MemoryPool
 from eddy.broker.pipeline import serve_pipelined
 from eddy.broker.sender import ResponseWriter
-from eddy.config import BrokerConfig
+from eddy.broker.settings import BrokerSettings
 from eddy.protocol.apis import SUPPORTED, ApiKey, VersionRange
 from eddy.protocol.codec import (
     Encoded,
@@ -69,7 +69,7 @@ NodeHandler = Callable[[Any, Request], Awaitable[Any]]
 class ServedNode(Protocol):
     """What the listener needs of the node it serves (a Broker, or a gateway)."""
 
-    config: BrokerConfig
+    config: BrokerSettings
     host: str  # what clients are told to connect to
     port: int
 

@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
 
 from eddy.cli.common import REQUEST_TIMEOUT_S, CliError, Conn
-from eddy.config import ConfigError, parse_host_port
+from eddy.config_parse import ConfigError, parse_host_port
 from eddy.mesh.control import ControlRequest, ControlResponse
 
 

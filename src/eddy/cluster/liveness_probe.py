@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from eddy.config import ConfigError, parse_host_port
+from eddy.config_parse import ConfigError, parse_host_port
 
 __all__ = ["refuses"]
 

@@ -41,7 +41,7 @@ from eddy.cluster.raft.driver import RaftDriver, RaftStatus, WriteTimeout
 from eddy.cluster.raft.handover import hand_over_raft
 from eddy.cluster.raft.ready import ProposalDropped
 from eddy.cluster.raft.transport import MeshRaftTransport
-from eddy.config import BrokerConfig
+from eddy.cluster.settings import ClusterNode
 from eddy.mesh.frames import TAG_CONTROLLER
 from eddy.mesh.service import MeshService
 from eddy.metadata import MetadataState
@@ -59,7 +59,7 @@ SHUTDOWN_APPLY_WAIT_S = 1.0
 RAFT_HANDOVER_S = 1.0
 
 
-def controller_config(config: BrokerConfig) -> ControllerConfig:
+def controller_config(config: ClusterNode) -> ControllerConfig:
     return ControllerConfig(
         heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
         session_timeout_ms=config.broker_session_timeout_ms,
@@ -70,7 +70,7 @@ def controller_config(config: BrokerConfig) -> ControllerConfig:
 
 
 class ClusterService:
-    def __init__(self, config: BrokerConfig, mesh: MeshService, clock: Clock,
+    def __init__(self, config: ClusterNode, mesh: MeshService, clock: Clock,
                  cluster_id: str) -> None:
         self.config = config
         self.local_cluster_id = cluster_id

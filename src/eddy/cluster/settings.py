@@ -5,11 +5,13 @@ quorum of a cluster of one) is in eddy.config."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from eddy.config_parse import parse_host_port, split_list
 
-__all__ = ["ClusterSettings", "parse_quorum_voters"]
+__all__ = ["ClusterNode", "ClusterSettings", "parse_quorum_voters"]
 
 
 def parse_quorum_voters(value: str) -> dict[int, str]:
@@ -97,3 +99,40 @@ class ClusterSettings(BaseModel):
             raise ValueError("broker.session.timeout.ms must be above "
                              "broker.heartbeat.interval.ms")
         return self
+
+
+class ClusterNode(Protocol):
+    """What the cluster service reads of its node's settings: who the node is, the quorum's
+    voters, the defaults of topics it creates and the brokers' heartbeats and fencing. The
+    node's settings (``eddy.broker.settings.BrokerSettings``) have them all; the cluster does
+    not import them."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def roles(self) -> frozenset[str]: ...
+
+    @property
+    def broker_rack(self) -> str | None: ...
+
+    @property
+    def data_dir(self) -> str: ...
+
+    @property
+    def quorum_voters(self) -> dict[int, str]: ...
+
+    @property
+    def num_partitions(self) -> int: ...
+
+    @property
+    def default_replication_factor(self) -> int: ...
+
+    @property
+    def broker_heartbeat_interval_ms(self) -> int: ...
+
+    @property
+    def broker_session_timeout_ms(self) -> int: ...
+
+    @property
+    def broker_liveness_probe_ms(self) -> int: ...

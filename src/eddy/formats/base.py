@@ -2,10 +2,11 @@
 schema text with its references, the canonical form the registry compares and stores, the
 normalized form (``normalize=true``), and compatibility checks in one direction.
 
-Each format module (``avro_schema``, ``json_schema``, ``protobuf_schema``) provides a
-``parse(text, references) -> ParsedSchema`` that raises ``InvalidSchema`` (the registry's
-42201 "Invalid schema ...") and a ``compatibility(reader, writer) -> list[Incompatibility]``
-(empty: a reader of ``reader`` reads data written with ``writer``). The registry maps its
+Each format package (``avro``, ``json_schema``, ``protobuf``) provides in its ``schema``
+module a ``parse(text, references) -> ParsedSchema`` that raises ``InvalidSchema`` (the
+registry's 42201 "Invalid schema ...") and in its ``compat`` module a
+``compatibility(reader, writer) -> list[Incompatibility]`` (empty: a reader of ``reader``
+reads data written with ``writer``). The registry maps its
 levels onto it: BACKWARD checks (new as reader, old as writer), FORWARD (old as reader,
 new as writer), FULL both, and the ``_TRANSITIVE`` forms against every earlier version.
 """

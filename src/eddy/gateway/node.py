@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from eddy import postcard
-from eddy.config import BrokerConfig
+from eddy.broker.settings import BrokerSettings
 from eddy.gateway.ops import OPS, OpFailed, OpTimeout, OpUnavailable
 from eddy.gateway.routes import Forwarder, Routes
 from eddy.protocol.apis import SUPPORTED, ApiKey, VersionRange
@@ -23,7 +23,7 @@ class Gateway:
     """Holds no partitions and no groups: every client-visible broker and coordinator is this
     node, every operation is forwarded to its owner."""
 
-    def __init__(self, config: BrokerConfig, routes: Routes, forwarder: Forwarder,
+    def __init__(self, config: BrokerSettings, routes: Routes, forwarder: Forwarder,
                  cluster_id: str | None = None) -> None:
         self.config = config
         self.routes = routes

@@ -9,13 +9,13 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from eddy.broker.host import LogHost
-from eddy.broker.producers import COMMIT, control_type
+from eddy.groups.host import LogHost
 from eddy.groups.records import RecordFormatError, partition_for
 from eddy.groups.state import GroupConfig, GroupCoordinator, Step, Write
 from eddy.log.manager import Topic
 from eddy.log.partition import PartitionLog
 from eddy.protocol.errors import ErrorCode, KafkaError
+from eddy.protocol.markers import COMMIT, control_type
 from eddy.protocol.record_batch import parse_header, validate_batches
 from eddy.protocol.records import build_batch, decode_batch_records
 

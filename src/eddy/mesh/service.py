@@ -21,7 +21,7 @@ from typing import Any
 
 from eddy import __version__, postcard
 from eddy.clock import Clock
-from eddy.config import BrokerConfig, parse_host_port, split_list
+from eddy.config_parse import parse_host_port, split_list
 from eddy.mesh.announce import (
     ANNOUNCE_TOPIC,
     Announcement,
@@ -66,6 +66,7 @@ from eddy.mesh.mdns import MdnsDiscovery
 from eddy.mesh.membership import load_admission
 from eddy.mesh.quic.transport import MeshError, MeshTransport
 from eddy.mesh.rpc import MeshRpc
+from eddy.mesh.settings import MeshNode
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def _host(addr: tuple[str, int]) -> str:
 
 
 class MeshService:
-    def __init__(self, config: BrokerConfig, identity: NodeIdentity, clock: Clock,
+    def __init__(self, config: MeshNode, identity: NodeIdentity, clock: Clock,
                  kafka_addr: tuple[str, int], rng: random.Random | None = None) -> None:
         self.config = config
         self.identity = identity

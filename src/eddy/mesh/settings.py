@@ -5,12 +5,13 @@ other groups too (is the mesh on, its seeds with the quorum's voters) is in eddy
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from eddy.config_parse import parse_host_port, split_list
 
-__all__ = ["MeshSettings"]
+__all__ = ["MeshNode", "MeshSettings"]
 
 
 class MeshSettings(BaseModel):
@@ -116,3 +117,52 @@ class MeshSettings(BaseModel):
             except MembershipError as exc:
                 raise ValueError(str(exc)) from None
         return v
+
+
+class MeshNode(Protocol):
+    """What the mesh service reads of its node's settings: who the node is (id, roles, rack,
+    data dir), where its mesh listens and whom it joins, and the mesh.* settings. The node's
+    settings (``eddy.broker.settings.BrokerSettings``) have them all; the mesh does not
+    import them."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def roles(self) -> frozenset[str]: ...
+
+    @property
+    def broker_rack(self) -> str | None: ...
+
+    @property
+    def data_dir(self) -> str: ...
+
+    @property
+    def mesh_address(self) -> tuple[str, int]: ...
+
+    @property
+    def mesh_seed_addresses(self) -> list[tuple[str, int]]: ...
+
+    @property
+    def mesh_advertised(self) -> str | None: ...
+
+    @property
+    def mesh_allowed_nodes(self) -> str: ...
+
+    @property
+    def mesh_cluster_public_key(self) -> str: ...
+
+    @property
+    def mesh_membership_file(self) -> str | None: ...
+
+    @property
+    def mesh_mdns_enable(self) -> bool: ...
+
+    @property
+    def mesh_mdns_cluster(self) -> str: ...
+
+    @property
+    def mesh_ping_interval_ms(self) -> int: ...
+
+    @property
+    def mesh_ping_max_unacked(self) -> int: ...

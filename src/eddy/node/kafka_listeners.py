@@ -22,7 +22,6 @@ from eddy.cluster.controller.rpc import ProposeRequest
 from eddy.config import BrokerConfig
 from eddy.metadata import encode_command
 from eddy.metadata.commands import UpsertScramUser
-from eddy.metadata.records import ScramCredential
 from eddy.protocol.apis import ApiKey, VersionRange
 from eddy.security.remote_credentials import CredentialCache, PrefetchingSaslService
 from eddy.security.sasl import CredentialLookup
@@ -58,19 +57,6 @@ class ListenerView:
 
     def set_advertised_port(self, port: int) -> None:
         object.__setattr__(self, "port", port)
-
-
-def cluster_lookup(broker: Any) -> CredentialLookup:
-    """Credentials from the node's replica of the cluster metadata (none outside one)."""
-
-    def lookup(user: str, mechanism: int) -> ScramCredential | None:
-        cluster = getattr(broker, "cluster", None) if broker is not None else None
-        if cluster is None:
-            return None
-        found: ScramCredential | None = cluster.state.scram_credential(user, mechanism)
-        return found
-
-    return lookup
 
 
 def make_servers(config: BrokerConfig, node: Any, lookup: CredentialLookup | CredentialCache,

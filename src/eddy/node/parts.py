@@ -38,7 +38,7 @@ from eddy.mesh.identity import NodeIdentity
 from eddy.mesh.quic.transport import MeshError, MeshTimeout, PeerUnavailable
 from eddy.mesh.service import MeshService
 from eddy.metadata.endpoints import encode_endpoints
-from eddy.node.kafka_listeners import cluster_lookup, ensure_bootstrap_user, make_servers
+from eddy.node.kafka_listeners import ensure_bootstrap_user, make_servers
 from eddy.security.checks import cluster_authorizer
 from eddy.security.inter_broker import InterBrokerSecurity, warn_principal
 from eddy.security.remote_authorizer import (
@@ -52,6 +52,7 @@ from eddy.security.remote_credentials import (
     CredentialServer,
     MeshCredentialSource,
 )
+from eddy.security.sasl import cluster_lookup
 from eddy.security.settings import authorizer_enabled
 from eddy.security.tls import TlsError
 from eddy.telemetry import otel_setup
@@ -236,7 +237,7 @@ async def _start_registry(config: BrokerConfig, broker: Broker | None,
                                         route=cluster_route(broker, mesh), broker=broker,
                                         client_config=client_config,
                                         write_timeout_s=config.registry_kafkastore_timeout_ms
-                                        / 1000)
+                                        / 1000, settings=config)
     except TlsError:
         raise
     except OSError as exc:

@@ -1,7 +1,7 @@
 """The HTTP admin listener (issue 17, ``admin.listener``) of a node with the broker role, on
 aiohttp and the node's event loop:
 
-- ``GET /metrics``: the broker's Prometheus metrics (``BrokerMetrics.render``), in the text
+- ``GET /metrics``: the broker's Prometheus metrics (``observe.metrics.BrokerMetrics``), in the text
   format 0.0.4, or in OpenMetrics 1.0.0 when the Accept header asks for it;
 - ``GET /health/live``: 200 ``{"status": "live"}`` while the process serves;
 - ``GET /health/ready``: 200 ``{"status": "ready", "checks": {...}}`` once the node may take
@@ -35,9 +35,9 @@ from aiohttp import web
 
 from eddy.http.tls_listener import TlsHttpListener
 from eddy.observe.console import mount as mount_console
+from eddy.observe.metrics import BrokerMetrics, wants_openmetrics
 from eddy.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from eddy.security.http_auth import auth_middleware, caller_of, denied_message, http_security
-from eddy.telemetry.metrics import wants_openmetrics
 
 if TYPE_CHECKING:
     from eddy.node.parts import Node
@@ -140,21 +140,24 @@ class AdminServer(TlsHttpListener):
     def __init__(self, host: str, port: int, node: Node) -> None:
         if node.broker is None:
             raise ValueError("node: the admin listener needs a node with the broker role")
-        self.security = http_security("admin", node.config, node.broker)
+        config = node.config
+        self.security = http_security("admin", config, config.data_dir,
+                                      config.admin_ssl_enabled,
+                                      config.admin_authentication_method, node.broker)
         app = web.Application(middlewares=[
             auth_middleware(self.security, _refusal, OPEN_PATHS), _cluster_describe,
             _admin_middleware], client_max_size=MAX_BODY)
         super().__init__(host, port, app, self.security.tls)
         self.node = node
+        #: the broker's Prometheus metrics (its reports and its state, read when scraped)
+        self.metrics = BrokerMetrics.for_broker(node.broker)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/health/live", self._live)
         app.router.add_get("/health/ready", self._ready)
-        self.console = mount_console(app, node, readiness)
+        self.console = mount_console(app, node, readiness, self.metrics.pipelines)
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        broker = self.node.broker
-        assert broker is not None  # checked in __init__
-        body, content_type = broker.metrics.render(
+        body, content_type = self.metrics.render(
             wants_openmetrics(request.headers.get("Accept")))
         return web.Response(body=body, headers={"Content-Type": content_type})
 

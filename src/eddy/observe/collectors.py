@@ -21,7 +21,7 @@ from prometheus_client.metrics_core import (
 )
 
 from eddy.cluster.raft.driver_types import RaftStatus
-from eddy.telemetry.counters import LATENCY_BUCKETS, HotCounters
+from eddy.telemetry.counters import LATENCY_BUCKETS, HotCounters, ListenerView
 
 #: at most this many log lookups (one batch header each) for consumer lag in seconds per
 #: scrape; past it the seconds of the remaining partitions are left out (their lag in
@@ -61,23 +61,6 @@ class StateSource(Protocol):
     def replication(self) -> tuple[int, int]:
         """(under-replicated partitions this node leads, offline partitions of the cluster
         as its controller sees them: 0 on any other node, as Kafka reports them)."""
-
-
-class PoolView(Protocol):
-    capacity: int
-    used: int
-
-    @property
-    def waiting(self) -> int: ...
-
-
-class ListenerView(Protocol):
-    """What the collector reads of a listener (``KafkaServer``)."""
-
-    pool: PoolView
-
-    @property
-    def open_connections(self) -> int: ...
 
 
 def api_name(api_key: int) -> str:
@@ -171,8 +154,9 @@ def _per_label(name: str, kind: type[CounterMetricFamily] | type[GaugeMetricFami
 class ListenersCollector:
     """Connections and request memory of each listener, read when scraped."""
 
-    def __init__(self) -> None:
-        self.listeners: dict[str, ListenerView] = {}
+    def __init__(self, listeners: dict[str, ListenerView] | None = None) -> None:
+        #: the broker's (``BrokerReports.listeners``), read at every scrape
+        self.listeners: dict[str, ListenerView] = {} if listeners is None else listeners
 
     def collect(self) -> Iterator[Metric]:
         active = GaugeMetricFamily("eddy_connections_active", "Open client connections",

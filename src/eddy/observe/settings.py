@@ -1,33 +1,19 @@
-"""The observability settings of a node: its logs, its metrics and the HTTP admin listener
-(/metrics, health, the console). ``BrokerConfig`` inherits them."""
+"""The HTTP admin listener's settings (/metrics, health, the console): where it listens, TLS,
+authentication. ``BrokerConfig`` inherits them."""
 
 from __future__ import annotations
 
-from typing import Literal
+from pydantic import BaseModel, ConfigDict, Field
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-__all__ = ["ADMIN_PORT", "ObservabilitySettings"]
+__all__ = ["ADMIN_PORT", "AdminSettings"]
 
 #: the usual port of the admin listener (Redpanda's)
 ADMIN_PORT = 9644
 
 
-class ObservabilitySettings(BaseModel):
+class AdminSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
-    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
-    log_format: Literal["text", "json"] = Field(
-        "text", alias="log.format",
-        description="text (time, level, logger, message) or json: one JSON object per line "
-        "(ts, level, logger, message, and trace_id/span_id of the current span when tracing "
-        "is on)",
-    )
-    metrics_enable: bool = Field(
-        True, alias="metrics.enable",
-        description="count requests, bytes and records as they are served for the Prometheus "
-        "metrics (false: those counters stay at 0; gauges read at scrape time still answer)",
-    )
     admin_listener: str | None = Field(
         None, alias="admin.listener",
         description="HOST:PORT of the HTTP admin listener (/metrics for Prometheus, "
@@ -45,10 +31,3 @@ class ObservabilitySettings(BaseModel):
         description="NONE or BASIC, as registry.authentication.method (/health/live and "
         "/health/ready stay open)",
     )
-
-    @field_validator("log_level")
-    @classmethod
-    def _level(cls, v: str) -> str:
-        if v.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-            raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
-        return v.upper()

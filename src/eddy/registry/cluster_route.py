@@ -9,7 +9,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from eddy.config import parse_host_port
+from eddy.config_parse import parse_host_port
 from eddy.mesh.frames import TAG_REGISTRY
 from eddy.registry.forwarding import (
     BROKERS_WAIT_S,

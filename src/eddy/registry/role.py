@@ -33,6 +33,7 @@ from eddy.registry.forwarding import ForwardingService, WriteHandler
 from eddy.registry.http.routes import add_routes
 from eddy.registry.http.server import Handler, error_response, make_app
 from eddy.registry.kafka_log import KafkaSchemaLog, SchemaTopicError
+from eddy.registry.settings import RegistrySettings
 from eddy.registry.state import SchemaState
 from eddy.security.http_auth import HttpSecurity, auth_middleware, http_security
 
@@ -141,16 +142,21 @@ async def start_registry(host: str, port: int, bootstrap: str, *,
                          route: ClusterRoute | None = None,
                          broker: Broker | None = None,
                          client_config: dict[str, Any] | None = None,
-                         write_timeout_s: float = 10.0) -> RegistryRole:
+                         write_timeout_s: float = 10.0,
+                         settings: RegistrySettings | None = None) -> RegistryRole:
     """A node's registry on HOST:PORT (0: any free port), a client of ``bootstrap`` with
     ``client_config`` (confluent-kafka settings, e.g. the inter-broker listener's
     security); its writes through ``route`` (None: outside a cluster, all here); its
-    security from the config of ``broker`` (by default the route's; none: plain HTTP, no
-    authentication). TlsError when registry.ssl.enabled is set and the PEM material does
-    not load."""
+    security from ``settings`` (registry.ssl.enabled with the PEM material of the config of
+    ``broker``, by default the route's; registry.authentication.method) and that broker's
+    users and authorizer (no broker: plain HTTP, no authentication). TlsError when
+    registry.ssl.enabled is set and the PEM material does not load."""
     if broker is None and route is not None:
         broker = route.broker
-    security = (http_security("registry", broker.config, broker)
+    settings = RegistrySettings.model_validate({}) if settings is None else settings
+    security = (http_security("registry", broker.config, broker.config.data_dir,
+                              settings.registry_ssl_enabled,
+                              settings.registry_authentication_method, broker)
                 if broker is not None else None)
     role = RegistryRole(host, port, bootstrap, route=route, security=security,
                         client_config=client_config, write_timeout_s=write_timeout_s)

@@ -70,8 +70,9 @@ def _format_module(schema_type: str) -> tuple[Callable[..., ParsedSchema], Compa
         from eddy.formats.avro import schema as avro_schema
         return avro_schema.parse, avro_compat.compatibility
     if schema_type == JSON:
+        from eddy.formats.json_schema import compat as json_compat
         from eddy.formats.json_schema import schema as json_schema
-        return json_schema.parse, json_schema.compatibility
+        return json_schema.parse, json_compat.compatibility
     if schema_type == PROTOBUF:
         from eddy.formats.protobuf import compat as protobuf_compat
         from eddy.formats.protobuf import schema as protobuf_schema

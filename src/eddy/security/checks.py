@@ -14,15 +14,15 @@ from eddy.security.authorizer import Authorizer, parse_super_users
 from eddy.security.session import ANONYMOUS
 
 if TYPE_CHECKING:
+    from eddy.broker.settings import BrokerSettings
     from eddy.cluster.service import ClusterService
-    from eddy.config import BrokerConfig
     from eddy.protocol.codec import Request
 
 __all__ = ["allowed", "allowed_any", "cluster_allowed", "cluster_authorizer", "operations",
            "who"]
 
 
-def cluster_authorizer(config: BrokerConfig, cluster: ClusterService) -> Authorizer:
+def cluster_authorizer(config: BrokerSettings, cluster: ClusterService) -> Authorizer:
     """The authorizer of a node in a cluster: the ACLs of its replica of the metadata."""
 
     def source() -> tuple[object, int, Any]:

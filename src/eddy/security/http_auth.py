@@ -44,14 +44,20 @@ from eddy.security.acl import AclOperation, ResourceType
 from eddy.security.authorizer import Authorizer
 from eddy.security.connection_limits import LogThrottle
 from eddy.security.ratelimit import FailureLimiter
-from eddy.security.sasl import MAX_PLAIN_FIELD, CredentialLookup, PlainExchange, SaslFailure
+from eddy.security.sasl import (
+    MAX_PLAIN_FIELD,
+    CredentialLookup,
+    PlainExchange,
+    SaslFailure,
+    cluster_lookup,
+)
 from eddy.security.scram import MECHANISMS
 from eddy.security.session import ANONYMOUS
 from eddy.security.settings import http_authentication_method
 from eddy.security.tls import TlsContext, TlsMaterial, principal_of
 
 if TYPE_CHECKING:
-    from eddy.config import BrokerConfig
+    from eddy.security.config_fields import SecuritySettings
 
 __all__ = [
     "CALLER",
@@ -291,21 +297,17 @@ def auth_middleware(security: HttpSecurity, render: Render,
     return authenticate
 
 
-def http_security(listener: Literal["registry", "admin"], config: BrokerConfig,
+def http_security(listener: Literal["registry", "admin"], config: SecuritySettings,
+                  data_dir: str, ssl_enabled: bool, method: str,
                   broker: object) -> HttpSecurity:
-    """The security of the ``registry`` or ``admin`` listener of a node with ``broker``:
-    its ``<listener>.ssl.enabled`` and ``<listener>.authentication.method``, the users of
-    the cluster's metadata, the broker's authorizer. TlsError when the PEM material does
-    not load."""
-    from eddy.node.kafka_listeners import cluster_lookup  # the broker's side of the users
-
-    if listener == "registry":
-        ssl_enabled, method = config.registry_ssl_enabled, config.registry_authentication_method
-    else:
-        ssl_enabled, method = config.admin_ssl_enabled, config.admin_authentication_method
+    """The security of the ``registry`` or ``admin`` listener of a node with ``broker`` and
+    data in ``data_dir``: its ``<listener>.ssl.enabled`` (``ssl_enabled``: with the Kafka
+    listeners' PEM material in ``config``) and ``<listener>.authentication.method``
+    (``method``), the users of the cluster's metadata, the broker's authorizer. TlsError
+    when the PEM material does not load."""
     tls = None
     if ssl_enabled:
-        tls = TlsContext(TlsMaterial.from_config(config), os.path.join(config.data_dir, ".tls"),
+        tls = TlsContext(TlsMaterial.from_config(config), os.path.join(data_dir, ".tls"),
                          config.ssl_reload_check_interval_ms / 1000)
 
     def authorizer() -> Authorizer | None:

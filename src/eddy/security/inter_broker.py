@@ -33,7 +33,7 @@ from eddy.security.settings import (
 from eddy.security.tls import TlsError, TlsMaterial, _is_pem
 
 if TYPE_CHECKING:
-    from eddy.config import BrokerConfig
+    from eddy.broker.settings import BrokerSettings
 
 __all__ = ["InterBrokerSecurity", "warn_principal"]
 
@@ -55,7 +55,7 @@ class InterBrokerSecurity:
         return self.material is not None
 
     @classmethod
-    def from_config(cls, config: BrokerConfig) -> InterBrokerSecurity:
+    def from_config(cls, config: BrokerSettings) -> InterBrokerSecurity:
         spec = config.listener_specs[0]
         mechanism = user = password = None
         if spec.sasl:
@@ -147,7 +147,7 @@ def _write_private(directory: str, name: str, text: str) -> str:
     return path
 
 
-def warn_principal(config: BrokerConfig) -> None:
+def warn_principal(config: BrokerSettings) -> None:
     """With an authorizer on, a warning when the principal the nodes replicate as is not in
     super.users (Kafka requires it to be a super user or to hold CLUSTER_ACTION)."""
     if not authorizer_enabled(config):

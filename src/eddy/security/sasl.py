@@ -17,7 +17,7 @@ import hmac
 import logging
 import secrets
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from scramp import ScramException, ScramMechanism  # type: ignore[import-untyped]
 
@@ -198,3 +198,16 @@ def make_exchange(mechanism: str, lookup: CredentialLookup) -> Exchange:
     if mechanism == "PLAIN":
         return PlainExchange(lookup)
     return ScramExchange(mechanism, lookup)
+
+
+def cluster_lookup(broker: Any) -> CredentialLookup:
+    """Credentials from the node's replica of the cluster metadata (none outside one)."""
+
+    def lookup(user: str, mechanism: int) -> ScramCredential | None:
+        cluster = getattr(broker, "cluster", None) if broker is not None else None
+        if cluster is None:
+            return None
+        found: ScramCredential | None = cluster.state.scram_credential(user, mechanism)
+        return found
+
+    return lookup

@@ -3,13 +3,14 @@ each problem is a ValueError naming the setting."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from eddy.security.authorizer import parse_super_users
 from eddy.security.listeners import ListenerSpec, resolve_listeners
 
 if TYPE_CHECKING:
-    from eddy.config import BrokerConfig
+    from eddy.broker.settings import BrokerSettings
 
 __all__ = ["AUTHORIZERS", "CLIENT_AUTH", "HTTP_AUTHENTICATION_METHODS", "MECHANISMS",
            "authorizer_enabled", "bootstrap_user", "check_security",
@@ -27,7 +28,7 @@ AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                "kafka.security.authorizer.AclAuthorizer", "eddy")
 
 
-def authorizer_enabled(config: BrokerConfig) -> bool:
+def authorizer_enabled(config: BrokerSettings) -> bool:
     return bool(config.authorizer_class_name.strip())
 
 
@@ -54,7 +55,7 @@ def bootstrap_user(value: str, setting: str = "sasl.bootstrap.user") -> tuple[st
 STRONGEST_FIRST = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 
 
-def inter_broker_mechanism(config: BrokerConfig) -> str:
+def inter_broker_mechanism(config: BrokerSettings) -> str:
     """sasl.mechanism.inter.broker.protocol, upper-cased, checked; unset, the strongest of
     sasl.enabled.mechanisms."""
     value = config.sasl_mechanism_inter_broker_protocol.strip().upper()
@@ -67,7 +68,7 @@ def inter_broker_mechanism(config: BrokerConfig) -> str:
     return value
 
 
-def inter_broker_credentials(config: BrokerConfig) -> tuple[str, str] | None:
+def inter_broker_credentials(config: BrokerSettings) -> tuple[str, str] | None:
     """(name, password) the node logs in with on a SASL inter-broker listener:
     sasl.inter.broker.user, else sasl.bootstrap.user; None when neither is set."""
     if config.sasl_inter_broker_user is not None:
@@ -78,7 +79,7 @@ def inter_broker_credentials(config: BrokerConfig) -> tuple[str, str] | None:
     return None
 
 
-def _check_inter_broker(config: BrokerConfig, specs: list[ListenerSpec]) -> None:
+def _check_inter_broker(config: BrokerSettings, specs: list[ListenerSpec]) -> None:
     mechanism = inter_broker_mechanism(config)
     credentials = inter_broker_credentials(config)
     if not specs or not specs[0].sasl or "broker" not in config.roles:
@@ -102,17 +103,19 @@ def http_authentication_method(value: str, setting: str) -> str:
     return method
 
 
-def _check_http_authentication(config: BrokerConfig, http: str) -> None:
+def _check_http_authentication(config: BrokerSettings, http: str, value: str) -> None:
     setting = f"{http}.authentication.method"
-    method = http_authentication_method(getattr(config, f"{http}_authentication_method"),
-                                        setting)
+    method = http_authentication_method(value, setting)
     if method == "BASIC" and not config.clustered:
         raise ValueError(f"{setting}=BASIC: the users' credentials live in the cluster's "
                          "metadata and this node has no controller quorum (leave "
                          "process.roles unset to run as a cluster of one)")
 
 
-def check_security(config: BrokerConfig) -> None:
+def check_security(config: BrokerSettings, http: Mapping[str, tuple[bool, str]]) -> None:
+    """The security settings of ``config`` together, and those of its HTTP listeners:
+    ``http`` maps each (registry, admin) to its (``<name>.ssl.enabled``,
+    ``<name>.authentication.method``)."""
     specs = (resolve_listeners(config.listeners, config.advertised_listeners,
                                config.listener_security_protocol_map,
                                config.inter_broker_listener_name)
@@ -140,11 +143,10 @@ def check_security(config: BrokerConfig) -> None:
     if config.sasl_bootstrap_user is not None:
         bootstrap_user(config.sasl_bootstrap_user.get_secret_value())
     _check_inter_broker(config, specs)
-    for http in ("registry", "admin"):
-        _check_http_authentication(config, http)
+    for name, (_, method) in http.items():
+        _check_http_authentication(config, name, method)
     tls = [f"listener {s.name}" for s in specs if s.tls]
-    tls += [f"{http}.ssl.enabled" for http, on in (("registry", config.registry_ssl_enabled),
-                                                   ("admin", config.admin_ssl_enabled)) if on]
+    tls += [f"{name}.ssl.enabled" for name, (on, _) in http.items() if on]
     if tls:
         has_chain = config.ssl_keystore_certificate_chain is not None
         has_key = config.ssl_keystore_key is not None

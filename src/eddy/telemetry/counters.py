@@ -1,4 +1,5 @@
-"""The broker's hot-path counters: plain ints, lists and dicts, no locks.
+"""The broker's hot-path counters: plain ints, lists and dicts, no locks; and what else the
+broker reports into (``BrokerReports``: the counters and its listeners).
 
 The handlers count once per request (per partition of a request at most), never per record:
 a produce request knows its record count and bytes from the batch headers it validated.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable
+from typing import Protocol
 
 #: upper bounds (seconds) of the request latency histogram's buckets, 0.1 ms .. 10 s
 #: (+Inf is implied: the last slot of every bucket list)
@@ -145,3 +147,38 @@ class NullCounters(HotCounters):
 
     def isr_changed(self, topic: str, before: Iterable[int], after: Iterable[int]) -> None:
         pass
+
+
+class PoolView(Protocol):
+    capacity: int
+    used: int
+
+    @property
+    def waiting(self) -> int: ...
+
+
+class ListenerView(Protocol):
+    """What the metrics read of a listener (``KafkaServer``)."""
+
+    pool: PoolView
+
+    @property
+    def open_connections(self) -> int: ...
+
+
+class BrokerReports:
+    """What a broker's parts report into: the hot-path ``counts`` (counting nothing when
+    ``metrics.enable=false``) and the listeners whose connections and request memory are
+    reported. The observe role's Prometheus metrics read both at scrape time."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.counts: HotCounters = HotCounters() if enabled else NullCounters()
+        self.listeners: dict[str, ListenerView] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.counts.enabled
+
+    def watch_listener(self, name: str, listener: ListenerView) -> None:
+        """Report ``listener``'s open connections and request memory as ``{listener=name}``."""
+        self.listeners[name] = listener

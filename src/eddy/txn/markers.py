@@ -10,7 +10,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from eddy import postcard
-from eddy.config import parse_host_port
+from eddy.config_parse import parse_host_port
 from eddy.log.partition import PartitionLog
 from eddy.mesh.frames import TAG_TXN_MARKERS, Frame
 from eddy.postcard import PostcardError
@@ -31,8 +31,8 @@ from eddy.txn.rpc import (
 )
 
 if TYPE_CHECKING:
-    from eddy.broker.host import MarkerHost
     from eddy.mesh.service import MeshService
+    from eddy.txn.host import MarkerHost
 
 log = logging.getLogger(__name__)
 

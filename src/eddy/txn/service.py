@@ -15,7 +15,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from eddy.broker.host import MarkerHost
 from eddy.groups.records import (
     OffsetAndMetadata,
     encode_offset_commit_key,
@@ -32,6 +31,7 @@ from eddy.txn.coordinator import (
     TxnMetadata,
     completed_state,
 )
+from eddy.txn.host import MarkerHost
 from eddy.txn.markers import MarkerService, append_own, write_durably
 from eddy.txn.raft_store import TxnRaftLog, pending_key, split, txn_key
 from eddy.txn.rpc import WriteMarkersRequest

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import SecretStr
 
 from eddy.broker.dynamic_configs import checked, resource_node
-from eddy.config import TOPIC_DEFAULT_FIELDS, BrokerConfig, kafka_name
+from eddy.broker.settings import TOPIC_DEFAULT_FIELDS, BrokerSettings, kafka_name
 from eddy.log.config import TOPIC_CONFIGS, ConfigDef
 from eddy.metadata.configs import DYNAMIC_BROKER_CONFIGS
 from eddy.protocol.errors import ErrorCode, KafkaError
@@ -59,7 +59,7 @@ def topic_synonyms(broker: Broker, key: str, overrides: Mapping[str, str]) -> li
     broker_name = BROKER_NAME_OF.get(key)
     if broker_name is not None:
         out += _dynamic_synonyms(broker, broker_name)
-    cfg: BrokerConfig = broker.config
+    cfg: BrokerSettings = broker.config
     field = TOPIC_DEFAULT_FIELDS.get(key)
     if field is not None and field in cfg.model_fields_set:
         out.append((kafka_name(field), str(getattr(cfg, field)), STATIC_BROKER_CONFIG))
@@ -68,13 +68,13 @@ def topic_synonyms(broker: Broker, key: str, overrides: Mapping[str, str]) -> li
     return out
 
 
-def static_entries(cfg: BrokerConfig, node_id: int, name: str) -> list[dict[str, Any]]:
+def static_entries(cfg: BrokerSettings, node_id: int, name: str) -> list[dict[str, Any]]:
     """The BROKER resource `name` ("" or `node_id`) described from `cfg` alone: a broker's
     own static settings, or a gateway's (which answers for itself)."""
     if name not in ("", str(node_id)):
         raise KafkaError(ErrorCode.invalid_request, f"broker {name} is not this node")
     entries = []
-    for field, info in sorted(BrokerConfig.model_fields.items()):
+    for field, info in sorted(BrokerSettings.model_fields.items()):
         value = getattr(cfg, field)
         source = STATIC_BROKER_CONFIG if field in cfg.model_fields_set else DEFAULT_CONFIG
         kind = {bool: "boolean", int: "long", str: "string"}.get(type(value), "string")

@@ -14,8 +14,8 @@ from eddy.broker.handlers.broker_configs import TOPIC_CONFIG as TOPIC_CONFIG
 from eddy.broker.handlers.broker_configs import static_entries, topic_synonyms
 from eddy.broker.handlers.cluster_metadata import APPLY_WAIT_S
 from eddy.broker.handlers.topic_results import GROUP_DENIED, cluster_denied, topic_denied
+from eddy.broker.settings import BrokerSettings
 from eddy.cluster.controller.rpc import ProposeRequest
-from eddy.config import BrokerConfig
 from eddy.log.config import TOPIC_CONFIGS, ConfigDef, InvalidConfig, TopicConfig, validate_overrides
 from eddy.metadata import encode_command
 from eddy.metadata.commands import AlterTopicConfigs
@@ -80,7 +80,7 @@ def refusal(node: Any, req: Request, resource_type: int, name: str, op: AclOpera
     return None
 
 
-def broker_config_entries(cfg: BrokerConfig, node_id: int, name: str) -> list[dict[str, Any]]:
+def broker_config_entries(cfg: BrokerSettings, node_id: int, name: str) -> list[dict[str, Any]]:
     """A gateway's BROKER resource: its own static settings."""
     return static_entries(cfg, node_id, name)
 

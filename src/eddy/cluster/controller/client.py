@@ -25,7 +25,7 @@ from eddy.cluster.controller.rpc import (
     RegisterRequest,
     decode_reply,
 )
-from eddy.config import parse_host_port
+from eddy.config_parse import parse_host_port
 from eddy.mesh.frames import TAG_CONTROLLER, FrameError
 from eddy.mesh.quic.transport import MeshError
 from eddy.mesh.service import MeshService

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from eddy import postcard
 from eddy.clock import Clock
 from eddy.cluster.controller import Controller, ControllerConfig, ControllerError
+from eddy.cluster.controller.batch_rpcs import ElectionRpcs, ReassignRpcs
 from eddy.cluster.controller.rpc import (
     AllocateProducerIdsRequest,
     AlterIsrRequest,
@@ -40,8 +41,6 @@ from eddy.cluster.controller.rpc import (
     decode_request,
     reply,
 )
-from eddy.cluster.controller.service_elections import ElectionRpcs
-from eddy.cluster.controller.service_reassign import ReassignRpcs
 from eddy.cluster.liveness_probe import refuses
 from eddy.cluster.machine import MetadataMachine
 from eddy.cluster.placement import HashRing

@@ -20,7 +20,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from eddy.cluster.raft.messages import RaftMessage, RaftMessageError, decode_message
-from eddy.config import parse_host_port
+from eddy.config_parse import parse_host_port
 from eddy.mesh.frames import TAG_RAFT, Frame
 from eddy.mesh.quic.transport import MeshError
 from eddy.mesh.service import MeshService

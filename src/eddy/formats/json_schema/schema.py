@@ -37,7 +37,6 @@ from eddy.formats.base import (
     JSON,
     MAX_DEPTH,
     MAX_SCHEMA_CHARS,
-    Incompatibility,
     InvalidSchema,
     References,
 )
@@ -367,13 +366,3 @@ def parse(text: str, references: References = {}) -> JsonSchema:  # noqa: B006 (
     return JsonSchema(schema=root, dialect=_dialect(root), base_uri=base,
                       referenced_names=tuple(sorted(used)), documents=documents,
                       registry=registry, _canonical=canonical)
-
-
-def compatibility(reader: JsonSchema, writer: JsonSchema) -> list[Incompatibility]:
-    """Confluent's JSON Schema diff rules: empty when ``reader`` reads what ``writer`` wrote
-    (see :mod:`eddy.formats.json_schema.compat`)."""
-    from eddy.formats.json_schema.compat import (
-        compatibility as check,  # here: json_compat imports us
-    )
-
-    return check(reader, writer)

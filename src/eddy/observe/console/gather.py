@@ -25,6 +25,7 @@ from eddy.txn.coordinator import COMPLETE_ABORT, COMPLETE_COMMIT, EMPTY
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
     from eddy.node.parts import Node
+    from eddy.observe.pipelines import PipelineSource
 
 #: rows any list of the console holds at most
 MAX_ROWS = 1000
@@ -299,11 +300,10 @@ def transactions(node: Node) -> dict[str, Any]:
     }
 
 
-def pipelines(node: Node) -> dict[str, Any]:
+def pipelines(node: Node, view: PipelineSource | None) -> dict[str, Any]:
     """The pipelines' latest reports (``eddy connect run`` sends them to the topic
     _eddy_pipelines of the Eddy it reads or writes; this node shows what its replica of the
-    topic holds) and, on a cluster, the pipelines registered in the metadata."""
-    view = broker_of(node).metrics.pipelines
+    topic holds: ``view``) and, on a cluster, the pipelines registered in the metadata."""
     now = view.now_ms() if view is not None else 0
     reports = [] if view is None else [
         {"name": s.name, "state": s.state, "up": s.up(now), "rows_per_s": s.rows_per_s,

@@ -25,6 +25,7 @@ from eddy.observe.console.sampler import Sampler
 
 if TYPE_CHECKING:
     from eddy.node.parts import Node
+    from eddy.observe.pipelines import PipelineSource
 
 CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
        "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
@@ -49,9 +50,11 @@ def _html(text: str, status: int = 200) -> web.Response:
 class Console:
     """The web console of ``node``, reading its state on the event loop."""
 
-    def __init__(self, node: Node, readiness: gather.Readiness) -> None:
+    def __init__(self, node: Node, readiness: gather.Readiness,
+                 pipelines: PipelineSource | None = None) -> None:
         self.node = node
         self.readiness = readiness
+        self.pipeline_reports = pipelines
         self.broker = gather.broker_of(node)
         self.sampler = Sampler(self.broker)
         self.browser = MessageBrowser(self.broker, SchemaLookup(node.registry))
@@ -107,7 +110,7 @@ class Console:
         return gather.transactions(self.node)
 
     def pipelines(self, _r: web.Request) -> dict[str, Any]:
-        return gather.pipelines(self.node)
+        return gather.pipelines(self.node, self.pipeline_reports)
 
     def metrics(self, _r: web.Request) -> dict[str, Any]:
         return gather.metrics(self.sampler)
@@ -182,8 +185,10 @@ class Console:
         return self._page("Metrics", "/console/metrics", pages.metrics(self.metrics(r)))
 
 
-def mount(app: web.Application, node: Node, readiness: gather.Readiness) -> Console:
-    """Add the console to ``app`` (the admin listener's); it samples while the app runs."""
-    console = Console(node, readiness)
+def mount(app: web.Application, node: Node, readiness: gather.Readiness,
+          pipelines: PipelineSource | None = None) -> Console:
+    """Add the console to ``app`` (the admin listener's); it samples while the app runs.
+    ``pipelines``: the pipelines' reports it shows (the metrics' view of them)."""
+    console = Console(node, readiness, pipelines)
     console.mount(app)
     return console

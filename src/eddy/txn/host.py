@@ -1,33 +1,22 @@
-"""What the broker's services need of the broker that holds them, as protocols.
-
-The group coordinator service, the transaction coordinator service and the marker writer
-live inside ``Broker`` and use a few of its parts; typing them against these protocols
-instead of ``Broker`` keeps ``broker.py`` the only module that knows the whole broker (no
-import circle between it and its services). ``Broker`` satisfies each protocol.
+"""What the transaction coordinator service and the marker writer need of the broker that
+holds them, as a protocol (besides the group coordinator's ``LogHost``): the cluster,
+replication, flushes. ``Broker`` satisfies it; it is never imported by them.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from eddy.groups.host import LogHost
+
 if TYPE_CHECKING:
     from eddy.broker.flusher import Flusher
-    from eddy.broker.producers import ProducerStates
     from eddy.broker.waiters import AppendNotifier
-    from eddy.clock import Clock
-    from eddy.config import BrokerConfig
-    from eddy.log.manager import LogManager
     from eddy.log.partition import PartitionLog
     from eddy.metadata.state import MetadataState
     from eddy.protocol.errors import ErrorCode
-    from eddy.telemetry.counters import HotCounters
 
-__all__ = ["ClusterView", "Counted", "LogHost", "MarkerHost", "Replicating"]
-
-
-class Counted(Protocol):
-    @property
-    def counts(self) -> HotCounters: ...
+__all__ = ["ClusterView", "MarkerHost", "Replicating"]
 
 
 class ClusterView(Protocol):
@@ -40,25 +29,6 @@ class Replicating(Protocol):
 
     async def wait_replicated(self, plog: PartitionLog, end_offset: int, min_isr: int,
                               timeout_s: float) -> ErrorCode: ...
-
-
-class LogHost(Protocol):
-    """The group coordinator service's view: config, clock, logs, metrics."""
-
-    @property
-    def config(self) -> BrokerConfig: ...
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def logs(self) -> LogManager: ...
-
-    @property
-    def producers(self) -> ProducerStates: ...
-
-    @property
-    def metrics(self) -> Counted: ...
 
 
 class MarkerHost(LogHost, Protocol):

@@ -1,9 +1,10 @@
 """Prometheus metrics of one broker process (issue 17; seed 001's names in Eddy's namespace).
 
-One :class:`BrokerMetrics` per ``Broker``, on its own ``CollectorRegistry`` (never the
-global one: tests run several brokers in one process). The hot paths only bump plain
-numbers (``metrics.counts``, see ``counters.py``); everything else is read from the
-broker's state when scraped (``collectors.py``). ``render()`` answers a scrape in the
+One :class:`BrokerMetrics` per ``Broker`` (made by the admin listener), on its own
+``CollectorRegistry`` (never the global one: tests run several brokers in one process). The
+hot paths only bump plain numbers (the broker's ``metrics.counts``, a
+``eddy.telemetry.counters.BrokerReports``); everything else is read from the broker's state
+when scraped (``collectors.py``). ``render()`` answers a scrape in the
 Prometheus text format 0.0.4 or in OpenMetrics 1.0.0; it runs on the broker's event loop.
 
 Metrics (labels in braces):
@@ -45,12 +46,11 @@ from prometheus_client.registry import CollectorRegistry
 from eddy.observe.collectors import (
     CountersCollector,
     ListenersCollector,
-    ListenerView,
     StateCollector,
     StateSource,
 )
-from eddy.telemetry.counters import HotCounters, NullCounters
-from eddy.telemetry.pipeline_status import PipelineCollector, PipelineSource, PipelineStatusView
+from eddy.observe.pipelines import PipelineCollector, PipelineSource, PipelineStatusView
+from eddy.telemetry.counters import BrokerReports, HotCounters, ListenerView
 
 if TYPE_CHECKING:
     from eddy.broker.broker import Broker
@@ -100,14 +100,17 @@ class BrokerMetrics:
     """The metrics of one broker: ``counts`` for the hot paths, ``render()`` for scrapes."""
 
     def __init__(self, source: StateSource, *, enabled: bool = True,
-                 process: bool = True, pipelines: PipelineSource | None = None) -> None:
-        """``source``: the broker's state, read at scrape time; ``enabled`` False: the
-        hot-path counters count nothing; ``process``: add the process_* and platform
-        collectors (they read /proc of this process); ``pipelines``: the pipelines'
-        reports (none: the families are there, empty)."""
+                 process: bool = True, pipelines: PipelineSource | None = None,
+                 reports: BrokerReports | None = None) -> None:
+        """``source``: the broker's state, read at scrape time; ``reports``: what the
+        broker's parts report into (none: new ones, counting unless ``enabled`` is False);
+        ``process``: add the process_* and platform collectors (they read /proc of this
+        process); ``pipelines``: the pipelines' reports (none: the families are there,
+        empty)."""
         self.registry = CollectorRegistry(auto_describe=False)
-        self.counts: HotCounters = HotCounters() if enabled else NullCounters()
-        self.listeners = ListenersCollector()
+        self.reports = BrokerReports(enabled) if reports is None else reports
+        self.counts: HotCounters = self.reports.counts
+        self.listeners = ListenersCollector(self.reports.listeners)
         self.registry.register(CountersCollector(self.counts))
         self.registry.register(self.listeners)
         self.registry.register(StateCollector(source))
@@ -122,7 +125,7 @@ class BrokerMetrics:
     def for_broker(cls, broker: Broker) -> BrokerMetrics:
         from eddy.observe.broker_state import BrokerState
 
-        return cls(BrokerState(broker), enabled=broker.config.metrics_enable,
+        return cls(BrokerState(broker), reports=broker.metrics,
                    pipelines=PipelineStatusView(broker))
 
     @property
@@ -131,7 +134,7 @@ class BrokerMetrics:
 
     def watch_listener(self, name: str, listener: ListenerView) -> None:
         """Report ``listener``'s open connections and request memory as ``{listener=name}``."""
-        self.listeners.listeners[name] = listener
+        self.reports.watch_listener(name, listener)
 
     def render(self, openmetrics: bool = False) -> tuple[bytes, str]:
         """One scrape: (body, content type), text format 0.0.4 or OpenMetrics 1.0.0."""

@@ -1,7 +1,9 @@
-"""The controller's answers to ``ElectLeadersRequest`` and ``ControlledShutdownRequest``
-(run by ``ControllerService`` on the metadata leader): the sans-IO ``Controller`` plans the
-leader changes, they are proposed through Raft, and the reply is built once they are
-applied, with each partition's outcome."""
+"""The controller's answers to its batch requests, run by ``ControllerService`` on the
+metadata leader: ``ElectLeadersRequest`` and ``ControlledShutdownRequest`` (``ElectionRpcs``),
+``AlterReassignmentsRequest`` (``ReassignRpcs``). The sans-IO ``Controller`` plans the
+changes (checking each partition), they are proposed through Raft, and the reply is built
+once they are applied, with each partition's outcome (a planned change the state then
+refuses, because the partition moved on meanwhile, is answered with the refusal's code)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from eddy.cluster.controller import Controller
 from eddy.cluster.controller.elections import still_led
 from eddy.cluster.controller.outcomes import ProposeAll, propose_planned
 from eddy.cluster.controller.rpc import (
+    AlterReassignmentsRequest,
     ControlledShutdownRequest,
     ControllerReply,
     ElectLeadersRequest,
@@ -18,9 +21,10 @@ from eddy.cluster.controller.rpc import (
     TopicOutcome,
     reply,
 )
+from eddy.metadata.commands import AlterReassignment
 from eddy.protocol.errors import ErrorCode
 
-__all__ = ["STAYS_MESSAGE", "ElectionRpcs"]
+__all__ = ["STAYS_MESSAGE", "ElectionRpcs", "ReassignRpcs"]
 
 log = logging.getLogger(__name__)
 
@@ -65,3 +69,21 @@ class ElectionRpcs:
                      ", ".join(f"{n}-{i}" for n, i in left[:10]))
         return reply(controller=self.node_id, value=len(left),
                      outcomes=tuple(TopicOutcome(n, tuple(p)) for n, p in by_topic.items()))
+
+
+class ReassignRpcs:
+    def __init__(self, controller: Controller, propose_all: ProposeAll, node_id: int) -> None:
+        self.controller = controller
+        self.propose_all = propose_all
+        self.node_id = node_id
+
+    async def alter(self, request: AlterReassignmentsRequest) -> ControllerReply:
+        asked = [(t.topic, [(p.partition, p.replicas) for p in t.partitions])
+                 for t in request.topics]
+        planned = self.controller.alter_reassignments(asked)
+        topics, commands = await propose_planned(self.propose_all, planned)
+        for command in commands:
+            assert isinstance(command, AlterReassignment)
+            log.info("reassigning %s-%d: %s", command.topic, command.partition,
+                     "cancelled" if command.target is None else list(command.target))
+        return reply(controller=self.node_id, outcomes=topics)
