@@ -1,4 +1,5 @@
-"""Consumer groups: the sans-IO classic-protocol coordinator and its offsets store.
+"""Consumer groups: the sans-IO classic-protocol coordinator and its offsets store, and the
+broker's service that runs it (``service``, on the ``offsets`` Raft group: ``raft_store``).
 
 - :mod:`eddy.groups.state`: :class:`GroupCoordinator`, the group state machine.
 - :mod:`eddy.groups.offsets`: :class:`OffsetStore`, committed offsets applied once durable.

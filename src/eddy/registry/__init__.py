@@ -1,2 +1,3 @@
-"""The schema registry (Confluent's REST API and semantics): schema formats, compatibility
-checks, and (to come) the `_schemas`-backed store and the HTTP API."""
+"""The schema registry (Confluent's REST API and semantics): its state replayed from the
+``_schemas`` topic, its operations, the HTTP API, writes forwarded over a cluster (the schema
+formats themselves are ``eddy.formats``)."""

@@ -1,2 +1,2 @@
-"""What every part reports with: spans, hot-path counters, Prometheus metrics, log formats, the
-OpenTelemetry SDK set-up, record traces, pipelines' status records."""
+"""What every part reports with: spans, hot-path counters, log formats, the OpenTelemetry SDK
+set-up, record traces, pipelines' status records (read by the observe role)."""
