@@ -4,6 +4,7 @@ layers themselves are held by the import-linter contracts that scripts/test runs
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import eddy
@@ -48,3 +49,12 @@ def test_the_layout_page_names_the_modules_it_marks_as_modules() -> None:
             for name in re.findall(r"`(eddy(?:\.\w+)*)`", line.split("|")[1]):
                 path = PACKAGE_ROOT.parent / (name.replace(".", "/") + ".py")
                 assert path.is_file(), f"docs/layout.md: {name} is not a module"
+
+
+def test_the_layout_page_shows_the_layers_of_the_contract() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contract = next(c for c in config["tool"]["importlinter"]["contracts"]
+                    if c["type"] == "layers")
+    text = (ROOT / "docs" / "layout.md").read_text()
+    block = text.split("The layers, top to bottom")[1].split("```")[1].strip().splitlines()
+    assert [line.strip() for line in block] == contract["layers"]
