@@ -144,7 +144,7 @@ def test_no_otel_env_imports_no_sdk() -> None:
     code = ("import os, sys\n"
             "for k in [k for k in os.environ if k.startswith('OTEL_')]: del os.environ[k]\n"
             "import eddy.node.parts, eddy.broker.server\n"
-            "from eddy.observe import otel_setup, tracing\n"
+            "from eddy.telemetry import otel_setup, tracing\n"
             "assert otel_setup.start(1) is False and tracing.enabled is False\n"
             "bad = sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')"
             " or m.startswith('opentelemetry.exporter'))\n"
