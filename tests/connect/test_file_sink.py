@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from eddy.connect.batch import BatchInfo
-from eddy.connect.file_sink import (
+from eddy.connect.runtime.spec import FilesSink
+from eddy.connect.sinks.files import (
     COMMITS_DIR,
     KEEP_MARKERS,
     PRUNE_EVERY,
@@ -18,7 +19,6 @@ from eddy.connect.file_sink import (
     FilesBatchSink,
     batch_tag,
 )
-from eddy.connect.spec import FilesSink
 
 RUN = "0123456789abcdef0123456789abcdef"
 

@@ -300,9 +300,10 @@ trigger: available-now
 def test_null_value_dead_letter_keeps_the_null(eddy: Any, spark: Any, tmp_path: Path) -> None:
     """A record with a null value (a tombstone) that parse_json rejects must reach the
     dead-letter topic with its value null: the original bytes, not `{}`."""
-    from eddy.connect import runtime, sources
     from eddy.connect.deadletter import KafkaDeadLetters
-    from eddy.connect.spec import load_pipeline_text
+    from eddy.connect.runtime import runner as runtime
+    from eddy.connect.runtime import source_frames as sources
+    from eddy.connect.runtime.spec import load_pipeline_text
 
     delivered = produce(eddy.bootstrap, "accounts", [(b"gone", None), (b"ok", b'{"id": 1}')])
     pipeline = load_pipeline_text(f"""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eddy.connect.spec import (
+from eddy.connect.runtime.spec import (
     DatagenSource,
     EddySink,
     EddySource,

@@ -16,9 +16,7 @@ from typing import Any
 import pytest
 
 from eddy.connect.batch import POSITION_COLUMN, BatchInfo
-from eddy.connect.deadletter import HEADER_ERROR, HEADER_PIPELINE, HEADER_SOURCE, HEADER_STAGE
-from eddy.connect.spec import WebhookSink
-from eddy.connect.webhook import (
+from eddy.connect.datasources.webhook import (
     MAX_BACKOFF_MS,
     WebhookBatchSink,
     WebhookClient,
@@ -27,6 +25,8 @@ from eddy.connect.webhook import (
     json_converter,
     row_converter,
 )
+from eddy.connect.deadletter import HEADER_ERROR, HEADER_PIPELINE, HEADER_SOURCE, HEADER_STAGE
+from eddy.connect.runtime.spec import WebhookSink
 
 
 class Recorder(ThreadingHTTPServer):

@@ -30,7 +30,7 @@ FileArg = Annotated[str, typer.Argument(help="the pipeline file (YAML)", metavar
 
 
 def _load(path: str) -> Any:
-    from eddy.connect.spec import SpecError, load_pipeline
+    from eddy.connect.runtime.spec import SpecError, load_pipeline
 
     try:
         return load_pipeline(path)
@@ -63,7 +63,7 @@ def validate(file: FileArg, output: OutputOpt = None) -> None:
 @handle_errors
 def list_connectors(output: OutputOpt = None) -> None:
     """Sources, transforms and sinks a pipeline can use."""
-    from eddy.connect.connectors import CONNECTORS, describe
+    from eddy.connect.runtime.inventory import CONNECTORS, describe
 
     rows = [{"kind": c.kind, "name": c.name, "description": describe(c)} for c in CONNECTORS]
     fmt = resolve_output(output)
@@ -80,7 +80,7 @@ def spec_cmd(name: Annotated[str, typer.Argument(
         help="a connector: eddy, datagen, files, stdout, webhook, a transform, "
              "or KIND/NAME such as sink/files")]) -> None:
     """A connector's configuration as JSON Schema (Airbyte's `spec`)."""
-    from eddy.connect.connectors import CONNECTORS, find, json_schema
+    from eddy.connect.runtime.inventory import CONNECTORS, find, json_schema
 
     found = find(name)
     if not found:
@@ -96,7 +96,7 @@ def spec_cmd(name: Annotated[str, typer.Argument(
 @handle_errors
 def check_cmd(file: FileArg, output: OutputOpt = None) -> None:
     """Can the pipeline reach its source, sinks, dead-letter topic and checkpoint?"""
-    from eddy.connect.connectors import check
+    from eddy.connect.runtime.inventory import check
 
     checks = check(_load(file))
     failed = [c for c in checks if not c.ok]
@@ -137,7 +137,7 @@ def _need_spark(command: str) -> None:
 
 
 def _spark(master: str | None, conf: list[str] | None, pipeline: Any) -> Any:
-    from eddy.connect.spark import make_session
+    from eddy.connect.runtime.spark import make_session
 
     settings = dict(pipeline.spark)
     settings.update(dict(parse_kv(conf, "--conf")))
@@ -157,9 +157,9 @@ def discover(file: FileArg, master: MasterOpt = None, conf: ConfOpt = None,
              output: OutputOpt = None) -> None:
     """The source's streams and schema, and what parse_json would infer (starts Spark)."""
     _need_spark("discover")
-    from eddy.connect import sources
     from eddy.connect.batch import INTERNAL_COLUMNS
-    from eddy.connect.transforms import compile_plan, infer_json_schema
+    from eddy.connect.runtime import source_frames as sources
+    from eddy.connect.transforms.compiler import compile_plan, infer_json_schema
 
     p = _load(file)
     spark = _spark(master, conf, p)
@@ -204,9 +204,9 @@ def run_cmd(
     A restart with the same checkpoint resumes after the last completed batch.
     """
     _need_spark("run")
-    from eddy.connect.progress import ProgressView
-    from eddy.connect.runtime import PipelineError, run
-    from eddy.connect.status_reporter import StatusReporter
+    from eddy.connect.runtime.progress import ProgressView
+    from eddy.connect.runtime.runner import PipelineError, run
+    from eddy.connect.runtime.status_reporter import StatusReporter
 
     p = _load(file)
     if available_now:
