@@ -212,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         pipeline = pipeline_spec(batch_sizes[0])
         plan = compile_plan(pipeline.transforms, {})
         from eddy.connect.reader.json_columns import OPTION
-        from eddy.connect.runtime.source_frames import value_json_pushdown, with_internal_columns
+        from eddy.connect.runtime.source_frames import with_internal_columns
+        from eddy.connect.sources.eddy import value_json_pushdown
 
         pushdown = value_json_pushdown(pipeline, {})
 

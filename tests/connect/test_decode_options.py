@@ -9,8 +9,8 @@ import pytest
 from eddy.connect.formats.value_decoding import FieldDecoding, parse_decodings
 from eddy.connect.options import OptionError
 from eddy.connect.reader.kafka_options import KafkaOptions
-from eddy.connect.runtime.source_frames import eddy_options
-from eddy.connect.runtime.spec import EddySource, SpecError, load_pipeline_text
+from eddy.connect.runtime.spec import SpecError, load_pipeline_text
+from eddy.connect.sources.eddy import EddySource, eddy_options
 
 LONG_A = '{"type":"struct","fields":[{"name":"a","type":"long","nullable":true,"metadata":{}}]}'
 

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from eddy.connect.batch import BatchInfo
-from eddy.connect.runtime.spec import FilesSink
 from eddy.connect.sinks.files import (
     COMMITS_DIR,
     KEEP_MARKERS,
     PRUNE_EVERY,
     STAGING_DIR,
     FilesBatchSink,
+    FilesSink,
     batch_tag,
 )
 

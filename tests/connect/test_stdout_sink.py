@@ -8,8 +8,7 @@ import json
 from typing import Any
 
 from eddy.connect.batch import BatchInfo
-from eddy.connect.runtime.spec import StdoutSink
-from eddy.connect.sinks.stdout import StdoutBatchSink
+from eddy.connect.sinks.stdout import StdoutBatchSink, StdoutSink
 
 TABLE = StdoutSink.model_validate({"type": "stdout", "format": "table"})
 

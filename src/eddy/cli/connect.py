@@ -63,9 +63,10 @@ def validate(file: FileArg, output: OutputOpt = None) -> None:
 @handle_errors
 def list_connectors(output: OutputOpt = None) -> None:
     """Sources, transforms and sinks a pipeline can use."""
-    from eddy.connect.runtime.inventory import CONNECTORS, describe
+    from eddy.connect.runtime.inventory import all_connectors
 
-    rows = [{"kind": c.kind, "name": c.name, "description": describe(c)} for c in CONNECTORS]
+    rows = [{"kind": c.kind, "name": c.name, "description": c.description}
+            for c in all_connectors()]
     fmt = resolve_output(output)
     if fmt is Output.json:
         print_json(rows)
@@ -80,11 +81,11 @@ def spec_cmd(name: Annotated[str, typer.Argument(
         help="a connector: eddy, datagen, files, stdout, webhook, a transform, "
              "or KIND/NAME such as sink/files")]) -> None:
     """A connector's configuration as JSON Schema (Airbyte's `spec`)."""
-    from eddy.connect.runtime.inventory import CONNECTORS, find, json_schema
+    from eddy.connect.runtime.inventory import all_connectors, find, json_schema
 
     found = find(name)
     if not found:
-        known = sorted({f"{c.kind}/{c.name}" for c in CONNECTORS})
+        known = sorted({f"{c.kind}/{c.name}" for c in all_connectors()})
         raise CliError(f"no connector {name!r}; known: {', '.join(known)}")
     if len(found) == 1:
         print_json(json_schema(found[0]))
@@ -158,12 +159,12 @@ def discover(file: FileArg, master: MasterOpt = None, conf: ConfOpt = None,
     """The source's streams and schema, and what parse_json would infer (starts Spark)."""
     _need_spark("discover")
     from eddy.connect.batch import INTERNAL_COLUMNS
-    from eddy.connect.runtime import source_frames as sources
+    from eddy.connect.runtime import source_frames
     from eddy.connect.transforms.compiler import compile_plan, infer_json_schema
 
     p = _load(file)
     spark = _spark(master, conf, p)
-    df = sources.sample(spark, p, sample)
+    df = source_frames.sample(spark, p, sample)
     fields = [f for f in df.schema.fields if f.name not in INTERNAL_COLUMNS]
     result: dict[str, Any] = {
         "source": p.source.type,

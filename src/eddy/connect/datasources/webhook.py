@@ -3,8 +3,9 @@
 `df.write.format("eddy-webhook").option("url", ...).mode("append").save()` runs on
 the executors: each task POSTs its rows as JSON arrays of `batch_size` objects
 (Content-Type application/json) over one keep-alive connection (http.client: no
-proxies, no redirects followed). Values become JSON as in `json_converter`:
-binary as UTF-8 text when it decodes, else base64; timestamps ISO 8601 in UTC.
+proxies, no redirects followed). Values become JSON as in `json_converter`
+(eddy.connect.datasources.json_rows): binary as UTF-8 text when it decodes, else base64;
+timestamps ISO 8601 in UTC.
 
 A request is retried on connection errors, timeouts, 408, 429 and 5xx with
 exponential backoff (`backoff_ms`, doubled each time, at most MAX_BACKOFF_MS, or
@@ -23,28 +24,21 @@ dead_letter_bootstrap, dead_letter_topic.
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
-import decimal
 import http.client
 import json
 import logging
-import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from pyspark.sql.datasource import DataSource, DataSourceWriter, WriterCommitMessage
 
 from eddy.connect import deadletter
-from eddy.connect.batch import INTERNAL_COLUMNS, POSITION_COLUMN, BatchInfo
+from eddy.connect.batch import INTERNAL_COLUMNS, POSITION_COLUMN
+from eddy.connect.datasources.json_rows import dumps, row_converter
 from eddy.connect.options import int_option
-from eddy.connect.runtime.spec import WebhookSink
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
@@ -57,119 +51,6 @@ DEAD_LETTER_FLUSH = 5_000
 ERROR_BODY_CHARS = 200
 _READ_LIMIT = 1 << 16
 _RETRY_STATUSES = frozenset({408, 429})
-
-# ---- rows as JSON ---------------------------------------------------------------------------
-
-
-def binary_text(value: bytes | bytearray | memoryview) -> str:
-    """UTF-8 text when the bytes decode, else base64."""
-    raw = bytes(value)
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return base64.b64encode(raw).decode("ascii")
-
-
-def iso_timestamp(value: dt.datetime) -> str:
-    """ISO 8601 in UTC (`...Z`); a naive value is local time, as PySpark gives TIMESTAMP."""
-    try:
-        utc = value.astimezone(dt.UTC)
-    except (OverflowError, OSError, ValueError):
-        return value.isoformat()
-    return utc.isoformat().replace("+00:00", "Z")
-
-
-def _float(value: float) -> float | str:
-    if math.isfinite(value):
-        return value
-    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-
-
-def plain_json(value: Any) -> Any:
-    """A JSON-ready value for anything without a known Spark type."""
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return _float(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return binary_text(value)
-    if isinstance(value, dt.datetime):
-        return iso_timestamp(value) if value.tzinfo else value.isoformat()
-    if isinstance(value, dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(plain_json(k)): plain_json(v) for k, v in value.items()}
-    if hasattr(value, "asDict"):
-        return {k: plain_json(v) for k, v in value.asDict().items()}
-    if isinstance(value, list | tuple):
-        return [plain_json(v) for v in value]
-    if hasattr(value, "toJson"):  # VariantVal
-        return json.loads(value.toJson())
-    return str(value)
-
-
-def _nullable(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    return lambda v: None if v is None else convert(v)
-
-
-def json_converter(data_type: Any) -> Callable[[Any], Any]:
-    """A function turning a PySpark value of `data_type` into a JSON-ready value."""
-    from pyspark.sql import types as T
-
-    if isinstance(data_type, T.StringType | T.BooleanType | T.IntegralType):
-        return lambda v: v
-    if isinstance(data_type, T.BinaryType):
-        return _nullable(binary_text)
-    if isinstance(data_type, T.TimestampType):
-        return _nullable(iso_timestamp)
-    if isinstance(data_type, T.TimestampNTZType | T.DateType):
-        return _nullable(lambda v: v.isoformat())
-    if isinstance(data_type, T.FloatType | T.DoubleType):
-        return _nullable(_float)
-    if isinstance(data_type, T.DecimalType):
-        if data_type.scale == 0:
-            return _nullable(int)
-        if data_type.precision <= 15:
-            return _nullable(float)
-        return _nullable(str)
-    if isinstance(data_type, T.ArrayType):
-        element = json_converter(data_type.elementType)
-        return _nullable(lambda v: [element(x) for x in v])
-    if isinstance(data_type, T.MapType):
-        key = json_converter(data_type.keyType)
-        val = json_converter(data_type.valueType)
-
-        def convert_map(v: Any) -> Any:
-            items = v.items() if isinstance(v, dict) else v
-            return {k if isinstance(k, str) else json.dumps(key(k)): val(x) for k, x in items}
-
-        return _nullable(convert_map)
-    if isinstance(data_type, T.StructType):
-        return _nullable(row_converter(data_type))
-    return plain_json
-
-
-def row_converter(schema: Any, exclude: Sequence[str] = ()) -> Callable[[Any], dict[str, Any]]:
-    """A function turning a Row of `schema` into a JSON-ready dict, without `exclude`d fields."""
-    picks = [
-        (i, field.name, json_converter(field.dataType))
-        for i, field in enumerate(schema.fields)
-        if field.name not in exclude
-    ]
-
-    def convert(row: Any) -> dict[str, Any]:
-        if isinstance(row, dict):
-            return {name: conv(row.get(name)) for _, name, conv in picks}
-        return {name: conv(row[i]) for i, name, conv in picks}
-
-    return convert
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
-
 
 # ---- options ----------------------------------------------------------------------------------
 
@@ -412,38 +293,3 @@ class WebhookWriter(DataSourceWriter):
             self.options.url, sum(m.rows for m in done), sum(m.requests for m in done),
             sum(m.retries for m in done), sum(m.dead_letters for m in done),
         )
-
-
-# ---- the sink the runtime calls -----------------------------------------------------------
-
-
-class WebhookBatchSink:
-    """Posts each micro-batch through `format("eddy-webhook")` (on the executors)."""
-
-    single_action = True
-
-    def __init__(self, spec: WebhookSink, name: str, pipeline: str,
-                 dead_letter: tuple[str, str] | None) -> None:
-        self.spec = spec
-        self.name = name
-        self.pipeline = pipeline
-        self.dead_letter = dead_letter
-
-    def options(self) -> dict[str, str]:
-        spec = self.spec
-        opts = {
-            "url": spec.url,
-            "batch_size": str(spec.batch_size),
-            "max_retries": str(spec.max_retries),
-            "backoff_ms": str(spec.backoff_ms),
-            "timeout_ms": str(spec.timeout_ms),
-            "headers": json.dumps(spec.headers),
-            "pipeline": self.pipeline,
-            "stage": self.name,
-        }
-        if self.dead_letter is not None:
-            opts["dead_letter_bootstrap"], opts["dead_letter_topic"] = self.dead_letter
-        return opts
-
-    def write(self, df: DataFrame, batch: BatchInfo) -> None:
-        df.write.format(FORMAT).options(**self.options()).mode("append").save()

@@ -30,10 +30,11 @@ from eddy.connect.batch import (
     observed,
 )
 from eddy.connect.deadletter import KafkaDeadLetters
-from eddy.connect.runtime import source_frames as sources
+from eddy.connect.runtime import source_frames
 from eddy.connect.runtime.sink_frames import build_sinks, for_sink
-from eddy.connect.runtime.spec import ParseJson, Pipeline, Route, Sql
+from eddy.connect.runtime.spec import Pipeline
 from eddy.connect.transforms.compiler import Plan, TransformError, compile_plan, infer_json_schema
+from eddy.connect.transforms.spec import ParseJson, Route, Sql
 from eddy.log.state_files import atomic_write
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def prepare(spark: SparkSession, pipeline: Pipeline) -> Prepared:
     for i, t in enumerate(pipeline.transforms):
         if isinstance(t, ParseJson) and t.parse_json.schema_ is None and i not in schemas:
             before = compile_plan(pipeline.transforms[:i], schemas)
-            rows = sources.sample(spark, pipeline, t.parse_json.sample)
+            rows = source_frames.sample(spark, pipeline, t.parse_json.sample)
             sample_df, _ = before.run(rows)
             texts = [r[0] for r in sample_df.selectExpr(
                 f"CAST(`{t.parse_json.field}` AS STRING)").collect()]
@@ -104,7 +105,7 @@ def prepare(spark: SparkSession, pipeline: Pipeline) -> Prepared:
     plan = compile_plan(pipeline.transforms, schemas)
     # analysis only: unknown columns, bad SQL and bad types fail here, not mid-stream
     try:
-        out, _ = plan.run(sources.sample(spark, pipeline, 0))
+        out, _ = plan.run(source_frames.sample(spark, pipeline, 0))
         out.schema  # noqa: B018 - forces analysis
     except TransformError as exc:
         raise PipelineError(str(exc)) from None
@@ -121,9 +122,9 @@ def transform(prepared: Prepared, df: DataFrame) -> tuple[DataFrame, list[DataFr
     the internal columns dead letters need; and the frames of rows set aside as bad
     before a `sql` step."""
     pipeline = prepared.pipeline
-    out, aside = prepared.plan.run(sources.with_internal_columns(df, pipeline))
-    return (sources.finish_internal_columns(out, pipeline),
-            [sources.finish_internal_columns(frame, pipeline) for frame in aside])
+    out, aside = prepared.plan.run(source_frames.with_internal_columns(df, pipeline))
+    return (source_frames.finish_internal_columns(out, pipeline),
+            [source_frames.finish_internal_columns(frame, pipeline) for frame in aside])
 
 
 def single_pass(pipeline: Pipeline, sinks: list[Any]) -> bool:
@@ -232,8 +233,7 @@ def start(spark: SparkSession, prepared: Prepared) -> StreamingQuery:
     sinks = build_sinks(pipeline)
     target = pipeline.dead_letter_target()
     dead = KafkaDeadLetters(target[0], target[1], pipeline.name) if target else None
-    stream = sources.stream(spark, pipeline,
-                            sources.value_json_pushdown(pipeline, prepared.json_schemas))
+    stream = source_frames.stream(spark, pipeline, prepared.json_schemas)
     transformed = single_pass(pipeline, sinks)
     if transformed:
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,12 +52,14 @@ def make_session(
 
 
 def register(spark: SparkSession) -> None:
-    """Register Eddy's Spark data sources on this session: `format("eddy")` (topics,
-    read and write, Spark Kafka source option names), `format("eddy-datagen")` and
-    `format("eddy-webhook")`."""
-    from eddy.connect.datasources.datagen import DatagenDataSource
-    from eddy.connect.datasources.webhook import WebhookDataSource
-    from eddy.connect.reader.kafka_source import EddyDataSource
+    """Register Eddy's Spark data sources on this session: those of every connector
+    (eddy.connect.connectors), such as `format("eddy")` (topics, read and write, Spark
+    Kafka source option names), `format("eddy-datagen")` and `format("eddy-webhook")`."""
+    from eddy.connect import connectors
 
-    for source in (EddyDataSource, DatagenDataSource, WebhookDataSource):
-        spark.dataSource.register(source)
+    registered: list[type[Any]] = []
+    for factory in (*connectors.sources(), *connectors.sinks()):
+        for source in factory.data_sources():
+            if source not in registered:  # the eddy source and sink share format("eddy")
+                spark.dataSource.register(source)
+                registered.append(source)

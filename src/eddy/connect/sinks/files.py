@@ -37,13 +37,18 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import Field
+
+from eddy.connect import probes
 from eddy.connect.batch import BatchInfo, observed
-from eddy.connect.runtime.spec import FilesSink
+from eddy.connect.connectors import ConnectorSpec, SinkFactory, register
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from eddy.connect.runtime.spec import Pipeline
 
 COMMITS_DIR = "_eddy_commits"
 STAGING_DIR = "_eddy_staging"
@@ -56,6 +61,16 @@ PRUNE_EVERY = 100
 
 #: called with a step name between the steps of a write (tests make it raise)
 CrashHook = Callable[[str], None]
+
+
+class FilesSink(ConnectorSpec):
+    """Exactly-once files: each micro-batch's files appear once, even across restarts."""
+
+    type: Literal["files"]
+    format: Literal["parquet", "json", "csv"] = "parquet"
+    path: str
+    partition_by: list[str] = Field(default_factory=list)
+    options: dict[str, str] = Field(default_factory=dict, description="Spark writer options")
 
 
 def batch_tag(batch: BatchInfo) -> str:
@@ -227,3 +242,17 @@ class FilesBatchSink:
             head, _, tail = entry.name.rpartition("-")
             if head == run and tail.isdigit() and int(tail) < oldest_kept:
                 entry.unlink(missing_ok=True)
+
+
+class FilesSinkFactory(SinkFactory[FilesSink]):
+    spec = FilesSink
+    rank = 2
+
+    def build(self, spec: FilesSink, name: str, pipeline: Pipeline) -> FilesBatchSink:
+        return FilesBatchSink(spec, name)
+
+    def check(self, spec: FilesSink, pipeline: Pipeline, what: str) -> probes.Check:
+        return probes.writable_dir(spec.path, what)
+
+
+register(FilesSinkFactory())

@@ -13,17 +13,30 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
+from pydantic import Field
+
+from eddy.connect import probes
 from eddy.connect.batch import BatchInfo
-from eddy.connect.datasources.webhook import dumps, row_converter
-from eddy.connect.runtime.spec import StdoutSink
+from eddy.connect.connectors import ConnectorSpec, SinkFactory, register
+from eddy.connect.datasources.json_rows import dumps, row_converter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from eddy.connect.runtime.spec import Pipeline
+
 #: rows a table shows when the sink has no `limit` (a table is built in memory)
 TABLE_ROWS = 1000
+
+
+class StdoutSink(ConnectorSpec):
+    """Print each batch: one JSON object per line, or a table."""
+
+    type: Literal["stdout"]
+    format: Literal["json", "table"] = "json"
+    limit: int | None = Field(None, ge=1, description="rows shown per batch (default: all)")
 
 
 class StdoutBatchSink:
@@ -80,3 +93,17 @@ class StdoutBatchSink:
         if more or not shown:
             console.print(f"{shown} of {shown + more} rows shown" if more else "no rows")
         stream.flush()
+
+
+class StdoutSinkFactory(SinkFactory[StdoutSink]):
+    spec = StdoutSink
+    rank = 1
+
+    def build(self, spec: StdoutSink, name: str, pipeline: Pipeline) -> StdoutBatchSink:
+        return StdoutBatchSink(spec, name)
+
+    def check(self, spec: StdoutSink, pipeline: Pipeline, what: str) -> probes.Check:
+        return probes.Check(what, True, "prints to standard output")
+
+
+register(StdoutSinkFactory())

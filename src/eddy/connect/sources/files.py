@@ -13,14 +13,20 @@ otherwise.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import Field
+
+from eddy.connect import probes
 from eddy.connect.batch import POSITION_COLUMN
-from eddy.connect.runtime.spec import FilesSource
+from eddy.connect.connectors import ConnectorSpec, SourceFactory, register
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
+
+    from eddy.connect.runtime.spec import Pipeline
 
 #: reader options a format gets unless the spec's `options` set them
 FORMAT_DEFAULTS: dict[str, dict[str, str]] = {
@@ -28,6 +34,19 @@ FORMAT_DEFAULTS: dict[str, dict[str, str]] = {
 }
 #: sub-directory levels searched for a first data file
 MAX_DEPTH = 8
+
+
+class FilesSource(ConnectorSpec):
+    """A directory of json/csv/parquet files; new files are picked up as they appear."""
+
+    type: Literal["files"]
+    format: Literal["json", "csv", "parquet"]
+    path: str = Field(description="the directory to watch")
+    schema_: str | None = Field(
+        None, alias="schema", description="Spark DDL schema (default: inferred from the files)"
+    )
+    max_files_per_batch: int | None = Field(None, ge=1)
+    options: dict[str, str] = Field(default_factory=dict, description="Spark reader options")
 
 
 def reader_options(spec: FilesSource) -> dict[str, str]:
@@ -124,3 +143,24 @@ def files_stream(spark: SparkSession, spec: FilesSource) -> DataFrame:
     if spec.format == "parquet":
         position = F.concat(position, F.lit("#"), F.col("_metadata.row_index").cast("string"))
     return df.withColumn(POSITION_COLUMN, position)
+
+
+class FilesSourceFactory(SourceFactory[FilesSource]):
+    spec = FilesSource
+    rank = 2
+
+    def stream(self, spark: SparkSession, spec: FilesSource, pipeline: Pipeline,
+               json_schemas: Mapping[int, str]) -> DataFrame:
+        return files_stream(spark, spec)
+
+    def sample(self, spark: SparkSession, spec: FilesSource, rows: int) -> DataFrame:
+        reader = spark.read.format(spec.format).options(**reader_options(spec))
+        if spec.schema_:
+            reader = reader.schema(spec.schema_)
+        return reader.load(spec.path).limit(rows)
+
+    def check(self, spec: FilesSource, pipeline: Pipeline, what: str) -> probes.Check:
+        return probes.readable_dir(spec.path, what)
+
+
+register(FilesSourceFactory())

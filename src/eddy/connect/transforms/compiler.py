@@ -20,7 +20,7 @@ from eddy.connect.batch import (
     TOPIC_COLUMN,
 )
 from eddy.connect.reader.json_columns import PARSED_COLUMN
-from eddy.connect.runtime.spec import (
+from eddy.connect.transforms.spec import (
     Cast,
     Drop,
     Filter,
