@@ -9,7 +9,7 @@ cut-down plans so the note can say where the time goes:
    the Arrow hand-over to the JVM);
 2. read + transforms -> noop (adds from_json and sha2);
 3. read + transforms -> parquet (adds the parquet writer);
-4. the pipeline itself: `eddy.connect.runtime.run` (streaming, foreachBatch, the
+4. the pipeline itself: `eddy.connect.runtime.runner.run` (streaming, foreachBatch, the
    dead-letter split, the exactly-once file commit).
 
 Spark's start-up is reported apart. Needs nothing beyond the project's own deps.
@@ -127,7 +127,7 @@ def run_pipeline(spark: Any, pipeline: Any, batch: int, n: int, results: dict[st
                  broker_pid: int) -> None:
     """The pipeline itself, timed; then what its micro-batches took and a row count of
     what it wrote."""
-    from eddy.connect.runtime import run
+    from eddy.connect.runtime.runner import run
 
     progress: dict[int, Any] = {}
 
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  produced in {fill_s:.1f} s", flush=True)
 
         started = time.perf_counter()
-        from eddy.connect.spark import make_session
+        from eddy.connect.runtime.spark import make_session
 
         conf = {"spark.sql.shuffle.partitions": str(args.partitions)}
         conf.update(item.split("=", 1) for item in args.conf)
@@ -198,9 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         results["spark_startup_s"] = round(time.perf_counter() - started, 2)
         print(f"  spark startup {results['spark_startup_s']} s", flush=True)
 
-        from eddy.connect.runtime import good_rows
-        from eddy.connect.spec import load_pipeline_text
-        from eddy.connect.transforms import compile_plan
+        from eddy.connect.runtime.runner import good_rows
+        from eddy.connect.runtime.spec import load_pipeline_text
+        from eddy.connect.transforms.compiler import compile_plan
 
         def pipeline_spec(batch: int) -> Any:
             cap = f"\n  max_records_per_batch: {batch}" if batch else ""
@@ -211,8 +211,9 @@ def main(argv: list[str] | None = None) -> int:
         batch_sizes = [int(b) for b in args.batch.split(",") if b.strip()]
         pipeline = pipeline_spec(batch_sizes[0])
         plan = compile_plan(pipeline.transforms, {})
-        from eddy.connect.json_columns import OPTION
-        from eddy.connect.sources import value_json_pushdown, with_internal_columns
+        from eddy.connect.reader.json_columns import OPTION
+        from eddy.connect.runtime.source_frames import with_internal_columns
+        from eddy.connect.sources.eddy import value_json_pushdown
 
         pushdown = value_json_pushdown(pipeline, {})
 

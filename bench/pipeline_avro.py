@@ -2,7 +2,7 @@
 
 Issue 15's benchmark: ~1 KiB Avro records in Confluent's wire format, in Arrow batches
 shaped as `format("eddy")`'s reader makes them (ARROW_BATCH rows, Spark's Kafka
-columns), decoded by eddy.connect.value_decoding.decode_batch into the typed `value`
+columns), decoded by eddy.connect.formats.value_decoding.decode_batch into the typed `value`
 struct column: the work `value.format: avro` adds to each read task. The registry is a
 stub HTTP server on loopback serving two versions of the schema (it is asked once per
 id; the point is the decode, not the registry). Two phases:
@@ -32,14 +32,14 @@ from typing import Any, ClassVar
 import fastavro
 import pyarrow as pa
 
-from eddy.connect.confluent_wire import HEADER_KEYS, MAGIC_GUID, frame
-from eddy.connect.kafka_source import ARROW_BATCH, _arrow_schema
-from eddy.connect.value_decoding import (
+from eddy.connect.formats.confluent_wire import HEADER_KEYS, MAGIC_GUID, frame
+from eddy.connect.formats.value_decoding import (
     FieldDecoding,
     decode_batch,
     output_schema,
     resolve,
 )
+from eddy.connect.reader.kafka_source import ARROW_BATCH, _arrow_schema
 
 SUBJECT = "bench-value"
 GUIDS = {1: "5d2c6c1e-0a31-4b7e-9f3e-000000000001", 2: "5d2c6c1e-0a31-4b7e-9f3e-000000000002"}

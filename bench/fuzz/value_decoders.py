@@ -9,7 +9,7 @@ Avro, JSON Schema and Protobuf schemas, references and imports, evolved writers,
 schemas a hostile producer could register; unknown ids and GUIDs are any others). They go
 to:
 
-- the pipelines' decoding (eddy.connect.value_decoding): for each of ``CONFIGS`` (a value
+- the pipelines' decoding (eddy.connect.formats.value_decoding): for each of ``CONFIGS`` (a value
   and a key format, resolved by ``parse_decodings`` / ``resolve`` / ``decoder`` through a
   registry client answering from the in-memory registry), ``decode_batch`` on a batch of
   Spark's Kafka columns (the records as values, in reverse as keys, the headers as
@@ -70,7 +70,7 @@ from bench.fuzz.mesh_decoders import (
     start_atheris,
 )
 from bench.fuzz.registry_decoders import Report, Timer, signature
-from eddy.connect import confluent_wire, value_decoding
+from eddy.connect.formats import confluent_wire, value_decoding
 from eddy.observe.console.decode import values as console
 from eddy.observe.console.decode.protobuf import NotDecoded
 

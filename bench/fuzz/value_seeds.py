@@ -24,8 +24,8 @@ import fastavro
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 
-from eddy.connect.registry_client import RegistryClient
-from eddy.connect.registry_client import RegistryError as ClientError
+from eddy.connect.formats.registry_client import RegistryClient
+from eddy.connect.formats.registry_client import RegistryError as ClientError
 from eddy.registry.contract import RegistryError
 from eddy.registry.memory_log import MemoryLog
 from eddy.registry.requests import SchemaRequest

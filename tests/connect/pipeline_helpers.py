@@ -189,8 +189,8 @@ def write_pipeline(directory: Path, text: str, name: str = "pipeline.yaml") -> P
 
 def run_text(spark: Any, text: str, max_seconds: float = 240.0) -> Any:
     """Load a pipeline from YAML text and run it in this process (runtime.run)."""
-    from eddy.connect.runtime import run
-    from eddy.connect.spec import load_pipeline_text
+    from eddy.connect.runtime.runner import run
+    from eddy.connect.runtime.spec import load_pipeline_text
 
     pipeline = load_pipeline_text(text, "test-pipeline.yaml")
     return run(spark, pipeline, poll_s=0.2, max_seconds=max_seconds)

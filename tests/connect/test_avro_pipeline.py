@@ -20,8 +20,8 @@ from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from eddy.connect.confluent_wire import frame
 from eddy.connect.deadletter import HEADER_ERROR, HEADER_SOURCE
+from eddy.connect.formats.confluent_wire import frame
 
 from .pipeline_helpers import create_topic, parquet_rows, produce, read_topic, run_text
 

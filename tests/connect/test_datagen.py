@@ -28,7 +28,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from eddy.connect.datagen import (
+from eddy.connect.datasources.datagen import (
     BASE_TIME_US,
     DEFAULT_SCHEMA,
     DatagenDataSource,

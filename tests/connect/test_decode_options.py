@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from eddy.connect.kafka_options import KafkaOptions
+from eddy.connect.formats.value_decoding import FieldDecoding, parse_decodings
 from eddy.connect.options import OptionError
-from eddy.connect.sources import eddy_options
-from eddy.connect.spec import EddySource, SpecError, load_pipeline_text
-from eddy.connect.value_decoding import FieldDecoding, parse_decodings
+from eddy.connect.reader.kafka_options import KafkaOptions
+from eddy.connect.runtime.spec import SpecError, load_pipeline_text
+from eddy.connect.sources.eddy import EddySource, eddy_options
 
 LONG_A = '{"type":"struct","fields":[{"name":"a","type":"long","nullable":true,"metadata":{}}]}'
 

@@ -19,11 +19,11 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from eddy.connect import fetcher, kafka_source
-from eddy.connect.fetcher import RangeDecoder, Unsupported
-from eddy.connect.kafka_options import Cluster, KafkaOptions
 from eddy.connect.options import OptionError
-from eddy.connect.record_columns import CorruptBatch
+from eddy.connect.reader import fetcher, kafka_source
+from eddy.connect.reader.fetcher import RangeDecoder, Unsupported
+from eddy.connect.reader.kafka_options import Cluster, KafkaOptions
+from eddy.connect.reader.record_columns import CorruptBatch
 
 from .pipeline_helpers import create_topic
 

@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 
 from eddy.connect.batch import BatchInfo
-from eddy.connect.file_sink import (
+from eddy.connect.sinks.files import (
     COMMITS_DIR,
     KEEP_MARKERS,
     PRUNE_EVERY,
     STAGING_DIR,
     FilesBatchSink,
+    FilesSink,
     batch_tag,
 )
-from eddy.connect.spec import FilesSink
 
 RUN = "0123456789abcdef0123456789abcdef"
 

@@ -12,8 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from eddy.connect.batch import POSITION_COLUMN
-from eddy.connect.files_source import discover_files, files_stream, reader_options
-from eddy.connect.spec import FilesSource
+from eddy.connect.sources.files import FilesSource, discover_files, files_stream, reader_options
 
 
 def _spec(**fields: Any) -> FilesSource:

@@ -26,9 +26,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from eddy.connect import fetcher
-from eddy.connect.fetcher import FetchConfig, FetchFailed, RangeDecoder, Unsupported
-from eddy.connect.record_columns import CorruptBatch, RecordColumns
+from eddy.connect.reader import fetcher
+from eddy.connect.reader.fetcher import FetchConfig, FetchFailed, RangeDecoder, Unsupported
+from eddy.connect.reader.record_columns import CorruptBatch, RecordColumns
 from eddy.protocol.apis import ApiKey
 from eddy.protocol.codec import build, encode_response, response_module
 

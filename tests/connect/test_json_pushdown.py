@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eddy.connect.batch import ERROR_COLUMN
-from eddy.connect.json_columns import PARSED_COLUMN, ValueParser, column_ddl, pushable_fields
-from eddy.connect.spec import ParseJson
-from eddy.connect.transforms import parse_json
+from eddy.connect.reader.json_columns import PARSED_COLUMN, ValueParser, column_ddl, pushable_fields
+from eddy.connect.transforms.compiler import parse_json
+from eddy.connect.transforms.spec import ParseJson
 
 SCHEMA = "a INT, b BIGINT, s STRING, d DOUBLE, t BOOLEAN"
 FIELDS = ["a", "b", "s", "d", "t"]

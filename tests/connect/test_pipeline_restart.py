@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eddy.connect.runtime import run
-from eddy.connect.spec import load_pipeline
+from eddy.connect.runtime.runner import run
+from eddy.connect.runtime.spec import load_pipeline
 
 from .pipeline_helpers import (
     create_topic,

@@ -300,9 +300,9 @@ trigger: available-now
 def test_null_value_dead_letter_keeps_the_null(eddy: Any, spark: Any, tmp_path: Path) -> None:
     """A record with a null value (a tombstone) that parse_json rejects must reach the
     dead-letter topic with its value null: the original bytes, not `{}`."""
-    from eddy.connect import runtime, sources
     from eddy.connect.deadletter import KafkaDeadLetters
-    from eddy.connect.spec import load_pipeline_text
+    from eddy.connect.runtime import runner, source_frames
+    from eddy.connect.runtime.spec import load_pipeline_text
 
     delivered = produce(eddy.bootstrap, "accounts", [(b"gone", None), (b"ok", b'{"id": 1}')])
     pipeline = load_pipeline_text(f"""
@@ -314,10 +314,10 @@ sinks:
   - {{type: files, format: parquet, path: "{tmp_path / 'out'}"}}
 checkpoint: {tmp_path / "ck"}
 """)
-    prepared = runtime.prepare(spark, pipeline)
+    prepared = runner.prepare(spark, pipeline)
     # one micro-batch's worth, run through the runtime's batch step directly
-    batch = sources.sample(spark, pipeline, 100)
-    stats = runtime.process_batch(prepared, [], KafkaDeadLetters(
+    batch = source_frames.sample(spark, pipeline, 100)
+    stats = runner.process_batch(prepared, [], KafkaDeadLetters(
         eddy.bootstrap, "accounts.dead-letter", "accounts"), batch, 0)
     assert stats.dead_letters == 1
     (dead,) = read_topic(eddy.bootstrap, "accounts.dead-letter")

@@ -26,7 +26,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from eddy.connect.confluent_wire import frame
+from eddy.connect.formats.confluent_wire import frame
 
 from .pipeline_helpers import create_topic
 from .test_avro_pipeline import person_class, registry_url

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eddy.connect.kafka_source import limit_offsets, plan_ranges
+from eddy.connect.reader.kafka_source import limit_offsets, plan_ranges
 
 lags = st.dictionaries(st.sampled_from([f"t/{i}" for i in range(6)]),
                        st.integers(min_value=0, max_value=10_000), min_size=1)

@@ -9,19 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from eddy.connect.spec import (
-    DatagenSource,
-    EddySink,
-    EddySource,
-    FilesSink,
-    Mask,
-    ParseJson,
-    Route,
+from eddy.connect.runtime.spec import (
     SpecError,
     load_pipeline,
     load_pipeline_text,
     parse_duration_ms,
 )
+from eddy.connect.sinks.eddy import EddySink
+from eddy.connect.sinks.files import FilesSink
+from eddy.connect.sources.datagen import DatagenSource
+from eddy.connect.sources.eddy import EddySource
+from eddy.connect.transforms.spec import Mask, ParseJson, Route
 
 VALID = """\
 name: orders-to-lake

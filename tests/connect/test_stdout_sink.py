@@ -8,8 +8,7 @@ import json
 from typing import Any
 
 from eddy.connect.batch import BatchInfo
-from eddy.connect.spec import StdoutSink
-from eddy.connect.stdout_sink import StdoutBatchSink
+from eddy.connect.sinks.stdout import StdoutBatchSink, StdoutSink
 
 TABLE = StdoutSink.model_validate({"type": "stdout", "format": "table"})
 
@@ -59,7 +58,7 @@ def test_table(spark: Any, capsys: Any) -> None:
 
 
 def test_table_counts_rows_beyond_what_it_shows(spark: Any, monkeypatch: Any) -> None:
-    import eddy.connect.stdout_sink as mod
+    import eddy.connect.sinks.stdout as mod
 
     monkeypatch.setattr(mod, "TABLE_ROWS", 4)
     out = io.StringIO()

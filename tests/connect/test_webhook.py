@@ -16,17 +16,15 @@ from typing import Any
 import pytest
 
 from eddy.connect.batch import POSITION_COLUMN, BatchInfo
-from eddy.connect.deadletter import HEADER_ERROR, HEADER_PIPELINE, HEADER_SOURCE, HEADER_STAGE
-from eddy.connect.spec import WebhookSink
-from eddy.connect.webhook import (
+from eddy.connect.datasources.json_rows import json_converter, row_converter
+from eddy.connect.datasources.webhook import (
     MAX_BACKOFF_MS,
-    WebhookBatchSink,
     WebhookClient,
     WebhookDataSource,
     WebhookOptions,
-    json_converter,
-    row_converter,
 )
+from eddy.connect.deadletter import HEADER_ERROR, HEADER_PIPELINE, HEADER_SOURCE, HEADER_STAGE
+from eddy.connect.sinks.webhook import WebhookBatchSink, WebhookSink
 
 
 class Recorder(ThreadingHTTPServer):

@@ -41,8 +41,8 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
-from eddy.connect.progress import Snapshot
-from eddy.connect.status_reporter import StatusReporter
+from eddy.connect.runtime.progress import Snapshot
+from eddy.connect.runtime.status_reporter import StatusReporter
 
 CHROMIUM = "/usr/bin/chromium"
 OFFLINE_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",

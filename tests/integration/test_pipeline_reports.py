@@ -1,4 +1,4 @@
-"""A pipeline's status reports (eddy.connect.status_reporter, as `eddy connect run` sends
+"""A pipeline's status reports (eddy.connect.runtime.status_reporter, as `eddy connect run` sends
 them) reach the broker's metrics through the topic _eddy_pipelines; a record there that is
 not a report is skipped and the rest still read."""
 
@@ -12,8 +12,8 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 from test_admin_http import admin_url, get
 
-from eddy.connect.progress import Snapshot
-from eddy.connect.status_reporter import StatusReporter
+from eddy.connect.runtime.progress import Snapshot
+from eddy.connect.runtime.status_reporter import StatusReporter
 from eddy.telemetry.pipeline_status import STATUS_TOPIC
 
 

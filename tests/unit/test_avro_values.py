@@ -1,4 +1,4 @@
-"""Confluent-framed Avro values decoded into Arrow columns (eddy.connect.avro_columns),
+"""Confluent-framed Avro values decoded into Arrow columns (eddy.connect.formats.avro_columns),
 without Spark or a network: the registry is a dict behind RegistryClient.get_json."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eddy.connect.avro_columns import AvroDecoder, AvroSchemaError, TypeMapper
-from eddy.connect.confluent_wire import FrameError, frame, message_indexes, split_frame
-from eddy.connect.registry_client import RegisteredSchema, RegistryClient, RegistryError
+from eddy.connect.formats.avro_columns import AvroDecoder, AvroSchemaError, TypeMapper
+from eddy.connect.formats.confluent_wire import FrameError, frame, message_indexes, split_frame
+from eddy.connect.formats.registry_client import RegisteredSchema, RegistryClient, RegistryError
 
 
 class FakeRegistry(RegistryClient):

@@ -1,5 +1,5 @@
 """Confluent-framed JSON values decoded by a JSON Schema into Arrow columns
-(eddy.connect.json_schema_columns), without Spark or a network."""
+(eddy.connect.formats.json_schema_columns), without Spark or a network."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eddy.connect.confluent_wire import frame
-from eddy.connect.json_schema_columns import JsonSchemaDecoder, SchemaMapper
-from eddy.connect.registry_client import RegisteredSchema, RegistryClient, RegistryError
+from eddy.connect.formats.confluent_wire import frame
+from eddy.connect.formats.json_schema_columns import JsonSchemaDecoder, SchemaMapper
+from eddy.connect.formats.registry_client import RegisteredSchema, RegistryClient, RegistryError
 
 SCHEMA = {
     "type": "object",

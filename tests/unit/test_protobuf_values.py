@@ -1,5 +1,5 @@
 """Confluent-framed Protobuf values decoded into Arrow columns
-(eddy.connect.protobuf_columns), without Spark or a network: schemas as serialized
+(eddy.connect.formats.protobuf_columns), without Spark or a network: schemas as serialized
 FileDescriptorProtos behind a fake registry."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, ti
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eddy.connect.confluent_wire import frame
-from eddy.connect.protobuf_columns import ProtobufDecoder
-from eddy.connect.registry_client import RegisteredSchema, RegistryClient, RegistryError
+from eddy.connect.formats.confluent_wire import frame
+from eddy.connect.formats.protobuf_columns import ProtobufDecoder
+from eddy.connect.formats.registry_client import RegisteredSchema, RegistryClient, RegistryError
 
 FD = descriptor_pb2.FieldDescriptorProto
 

@@ -1,4 +1,4 @@
-"""The pipeline reader's registry client (eddy.connect.registry_client) against a stub
+"""The pipeline reader's registry client (eddy.connect.formats.registry_client) against a stub
 HTTP server on loopback: answers, Confluent's error bodies, a body over the limit, a dead
 first URL, and the id cache."""
 
@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from eddy.connect.registry_client import RegistryClient, RegistryError
+from eddy.connect.formats.registry_client import RegistryClient, RegistryError
 
 
 class Stub(BaseHTTPRequestHandler):

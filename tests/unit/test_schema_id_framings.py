@@ -19,12 +19,12 @@ import pytest
 from confluent_kafka.schema_registry.common.serde import SchemaId
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from eddy.connect import confluent_wire as wire
-from eddy.connect import registry_client as rc
-from eddy.connect import value_decoding as vd
-from eddy.connect.confluent_wire import FrameError, frame, parse_header, split_frame
-from eddy.connect.kafka_rows import arrow_schema as _arrow_schema
-from eddy.connect.registry_client import RegisteredSchema, RegistryClient, RegistryError
+from eddy.connect.formats import confluent_wire as wire
+from eddy.connect.formats import registry_client as rc
+from eddy.connect.formats import value_decoding as vd
+from eddy.connect.formats.confluent_wire import FrameError, frame, parse_header, split_frame
+from eddy.connect.formats.registry_client import RegisteredSchema, RegistryClient, RegistryError
+from eddy.connect.reader.kafka_rows import arrow_schema as _arrow_schema
 
 URL = "http://framings.invalid"
 GUID_V1 = "0b3b8a4e-1f2d-4c5e-9a6b-7c8d9e0f1a2b"

@@ -1,4 +1,4 @@
-"""decode_batch (eddy.connect.value_decoding): a reader batch with its key and value
+"""decode_batch (eddy.connect.formats.value_decoding): a reader batch with its key and value
 decoded, the raw bytes kept, the errors joined, and a row whose key or value failed
 null in both decoded columns. The decoders are stand-ins (no registry)."""
 
@@ -10,9 +10,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from eddy.connect import value_decoding as vd
-from eddy.connect.kafka_rows import arrow_schema as _arrow_schema
-from eddy.connect.registry_client import RegisteredSchema
+from eddy.connect.formats import value_decoding as vd
+from eddy.connect.formats.registry_client import RegisteredSchema
+from eddy.connect.reader.kafka_rows import arrow_schema as _arrow_schema
 
 
 class Upper:

@@ -19,21 +19,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eddy.connect import value_encoding as ve
-from eddy.connect.avro_columns import AvroDecoder
-from eddy.connect.confluent_wire import split_frame
-from eddy.connect.json_schema_columns import JsonSchemaDecoder
-from eddy.connect.options import OptionError
-from eddy.connect.protobuf_encoding import load_message_class
-from eddy.connect.protobuf_from_spark import file_descriptor, message_model, proto_text
-from eddy.connect.registry_client import RegisteredSchema, RegistryClient, RegistryError
-from eddy.connect.schema_from_spark import SchemaDerivationError, avro_schema, json_schema
-from eddy.connect.spec import SpecError, load_pipeline_text
-from eddy.connect.value_encoders import (
+from eddy.connect.formats import value_encoding as ve
+from eddy.connect.formats.avro_columns import AvroDecoder
+from eddy.connect.formats.confluent_wire import split_frame
+from eddy.connect.formats.json_schema_columns import JsonSchemaDecoder
+from eddy.connect.formats.protobuf_encoding import load_message_class
+from eddy.connect.formats.protobuf_from_spark import file_descriptor, message_model, proto_text
+from eddy.connect.formats.registry_client import RegisteredSchema, RegistryClient, RegistryError
+from eddy.connect.formats.schema_from_spark import SchemaDerivationError, avro_schema, json_schema
+from eddy.connect.formats.value_encoders import (
     DeadLetters,
     EncodeError,
     encode_batch,
 )
+from eddy.connect.options import OptionError
+from eddy.connect.runtime.spec import SpecError, load_pipeline_text
 
 UTC = datetime.UTC
 

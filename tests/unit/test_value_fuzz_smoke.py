@@ -17,8 +17,8 @@ sys.path.insert(0, str(ROOT))  # the bench package lives beside src/, not inside
 
 from bench.fuzz import value_decoders as vd  # noqa: E402
 from bench.fuzz import value_seeds as vs  # noqa: E402
-from eddy.connect import protobuf_columns, value_decoding  # noqa: E402
-from eddy.connect.json_schema_columns import JsonSchemaDecoder  # noqa: E402
+from eddy.connect.formats import protobuf_columns, value_decoding  # noqa: E402
+from eddy.connect.formats.json_schema_columns import JsonSchemaDecoder  # noqa: E402
 from eddy.observe.console.decode import values as console  # noqa: E402
 
 

@@ -30,7 +30,7 @@ FileArg = Annotated[str, typer.Argument(help="the pipeline file (YAML)", metavar
 
 
 def _load(path: str) -> Any:
-    from eddy.connect.spec import SpecError, load_pipeline
+    from eddy.connect.runtime.spec import SpecError, load_pipeline
 
     try:
         return load_pipeline(path)
@@ -63,9 +63,10 @@ def validate(file: FileArg, output: OutputOpt = None) -> None:
 @handle_errors
 def list_connectors(output: OutputOpt = None) -> None:
     """Sources, transforms and sinks a pipeline can use."""
-    from eddy.connect.connectors import CONNECTORS, describe
+    from eddy.connect.runtime.inventory import all_connectors
 
-    rows = [{"kind": c.kind, "name": c.name, "description": describe(c)} for c in CONNECTORS]
+    rows = [{"kind": c.kind, "name": c.name, "description": c.description}
+            for c in all_connectors()]
     fmt = resolve_output(output)
     if fmt is Output.json:
         print_json(rows)
@@ -80,11 +81,11 @@ def spec_cmd(name: Annotated[str, typer.Argument(
         help="a connector: eddy, datagen, files, stdout, webhook, a transform, "
              "or KIND/NAME such as sink/files")]) -> None:
     """A connector's configuration as JSON Schema (Airbyte's `spec`)."""
-    from eddy.connect.connectors import CONNECTORS, find, json_schema
+    from eddy.connect.runtime.inventory import all_connectors, find, json_schema
 
     found = find(name)
     if not found:
-        known = sorted({f"{c.kind}/{c.name}" for c in CONNECTORS})
+        known = sorted({f"{c.kind}/{c.name}" for c in all_connectors()})
         raise CliError(f"no connector {name!r}; known: {', '.join(known)}")
     if len(found) == 1:
         print_json(json_schema(found[0]))
@@ -96,7 +97,7 @@ def spec_cmd(name: Annotated[str, typer.Argument(
 @handle_errors
 def check_cmd(file: FileArg, output: OutputOpt = None) -> None:
     """Can the pipeline reach its source, sinks, dead-letter topic and checkpoint?"""
-    from eddy.connect.connectors import check
+    from eddy.connect.runtime.inventory import check
 
     checks = check(_load(file))
     failed = [c for c in checks if not c.ok]
@@ -137,7 +138,7 @@ def _need_spark(command: str) -> None:
 
 
 def _spark(master: str | None, conf: list[str] | None, pipeline: Any) -> Any:
-    from eddy.connect.spark import make_session
+    from eddy.connect.runtime.spark import make_session
 
     settings = dict(pipeline.spark)
     settings.update(dict(parse_kv(conf, "--conf")))
@@ -157,13 +158,13 @@ def discover(file: FileArg, master: MasterOpt = None, conf: ConfOpt = None,
              output: OutputOpt = None) -> None:
     """The source's streams and schema, and what parse_json would infer (starts Spark)."""
     _need_spark("discover")
-    from eddy.connect import sources
     from eddy.connect.batch import INTERNAL_COLUMNS
-    from eddy.connect.transforms import compile_plan, infer_json_schema
+    from eddy.connect.runtime import source_frames
+    from eddy.connect.transforms.compiler import compile_plan, infer_json_schema
 
     p = _load(file)
     spark = _spark(master, conf, p)
-    df = sources.sample(spark, p, sample)
+    df = source_frames.sample(spark, p, sample)
     fields = [f for f in df.schema.fields if f.name not in INTERNAL_COLUMNS]
     result: dict[str, Any] = {
         "source": p.source.type,
@@ -204,9 +205,9 @@ def run_cmd(
     A restart with the same checkpoint resumes after the last completed batch.
     """
     _need_spark("run")
-    from eddy.connect.progress import ProgressView
-    from eddy.connect.runtime import PipelineError, run
-    from eddy.connect.status_reporter import StatusReporter
+    from eddy.connect.runtime.progress import ProgressView
+    from eddy.connect.runtime.runner import PipelineError, run
+    from eddy.connect.runtime.status_reporter import StatusReporter
 
     p = _load(file)
     if available_now:

@@ -1,148 +1,188 @@
-"""The connector inventory (Airbyte-style spec/check) behind `eddy connect list-connectors`,
-`spec NAME` and `check FILE`."""
+"""Connectors register themselves (seed 001's SourceFactory / SinkFactory registry).
+
+A source or a sink is one module of eddy.connect.sources or eddy.connect.sinks. It
+declares its spec model (a ConnectorSpec whose `type: Literal["NAME"]` names it in
+pipeline files, with the keys and checks of its YAML) and its factory (what builds its
+DataFrame or BatchSink, what `eddy connect check` probes for it, the Spark data sources it
+uses), and calls `register(factory)` when it is imported. Reading the registry imports
+every module of those two packages first (pkgutil), so adding a connector is adding one
+module there: the pipeline model's `source` and `sinks` unions (eddy.connect.runtime.spec),
+the runner, `eddy.connect.runtime.spark.register` and the inventory behind `eddy connect
+list-connectors|spec|check` all read it.
+
+A connector module imports no Spark at module level (`eddy connect validate` and `check`
+work without the connect extra): what needs PySpark is imported where it runs.
+"""
 
 from __future__ import annotations
 
-import os
-import socket
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+import functools
+import importlib
+import operator
+import pkgutil
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar, get_args
 
-from pydantic import BaseModel
+from pydantic import Field
 
-from eddy.connect import spec as s
+from eddy.connect.spec_model import SpecModel
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from eddy.connect.batch import BatchSink
+    from eddy.connect.probes import Check
+    from eddy.connect.runtime.spec import Pipeline
+
+#: the packages whose every module is a connector
+PACKAGES = ("eddy.connect.sources", "eddy.connect.sinks")
 
 
-@dataclass(frozen=True)
-class Connector:
-    name: str
-    kind: str  # source | sink | transform
-    model: type[BaseModel]
+class ConnectorSpec(SpecModel):
+    """A source or sink entry of a pipeline file; a subclass declares `type: Literal[NAME]`."""
+
+    if TYPE_CHECKING:
+        type: str
+
+    def kafka_bootstrap(self) -> str | None:
+        """The broker this connector names, if it talks to one (the pipeline's dead
+        letters and bootstrap-less eddy sinks default to the first one named)."""
+        return None
+
+    def route_problem(self) -> str | None:
+        """Why this sink cannot write its rows unless a `route` transform chooses each
+        row's topic (None: it can)."""
+        return None
+
+
+S = TypeVar("S", bound=ConnectorSpec)
+
+
+def spec_name(model: type[ConnectorSpec]) -> str:
+    """The NAME of a spec model's `type: Literal[NAME]`."""
+    names = get_args(model.model_fields["type"].annotation)
+    if len(names) != 1 or not isinstance(names[0], str):
+        raise TypeError(f"{model.__name__}.type must be Literal['NAME'], one name")
+    return names[0]
+
+
+class Factory(ABC, Generic[S]):
+    """What every connector declares."""
+
+    #: the connector's pipeline-file model
+    spec: type[S]
+    #: its place in listings and in the pipeline model's union (lowest first)
+    rank: int = 100
+
+    @property
+    def name(self) -> str:
+        return spec_name(self.spec)
 
     @property
     def description(self) -> str:
-        doc = (self.model.__doc__ or "").strip().splitlines()
+        """The first line of the spec model's docstring."""
+        doc = (self.spec.__doc__ or "").strip().splitlines()
         return doc[0] if doc else ""
 
-
-CONNECTORS: tuple[Connector, ...] = (
-    Connector("eddy", "source", s.EddySource),
-    Connector("datagen", "source", s.DatagenSource),
-    Connector("files", "source", s.FilesSource),
-    Connector("eddy", "sink", s.EddySink),
-    Connector("stdout", "sink", s.StdoutSink),
-    Connector("files", "sink", s.FilesSink),
-    Connector("webhook", "sink", s.WebhookSink),
-    *(Connector(name, "transform", model) for name, model in s.TRANSFORMS.items()),
-)
-
-TRANSFORM_HELP = {
-    "parse_json": "JSON value to columns (schema given or inferred from a sample)",
-    "mask": "redact, hash with a salt, or keep the last N characters of a field",
-    "rename": "rename columns {old: new}",
-    "drop": "drop columns",
-    "select": "keep these columns or SQL expressions",
-    "cast": "cast columns {column: TYPE}; values that do not convert are dead letters",
-    "timestamp": "text or epoch numbers to timestamps (format, zone)",
-    "filter": "keep rows where a SQL predicate holds",
-    "route": "a SQL expression chooses each row's target topic",
-    "sql": "any Spark SQL over the view `input`",
-}
+    def data_sources(self) -> Sequence[type[Any]]:
+        """The PySpark data sources the connector reads or writes through (registered on a
+        session by eddy.connect.runtime.spark.register)."""
+        return ()
 
 
-def describe(c: Connector) -> str:
-    return TRANSFORM_HELP.get(c.name, "") if c.kind == "transform" else c.description
+class SourceFactory(Factory[S]):
+    """A source: its rows as a DataFrame, streaming or as a small batch sample."""
+
+    @abstractmethod
+    def stream(self, spark: SparkSession, spec: S, pipeline: Pipeline,
+               json_schemas: Mapping[int, str]) -> DataFrame:
+        """The streaming DataFrame of the source, as the source gives it. `json_schemas`
+        are the pipeline's parse_json schemas (given or inferred), by transform index."""
+
+    @abstractmethod
+    def sample(self, spark: SparkSession, spec: S, rows: int) -> DataFrame:
+        """Up to `rows` records of the source as a batch DataFrame."""
+
+    def internal_columns(self, df: DataFrame, spec: S) -> dict[str, Column]:
+        """The columns (eddy.connect.batch) saying where each row came from, added before
+        the transforms."""
+        return {}
+
+    def position(self, columns: Collection[str]) -> Column | None:
+        """A failed row's position, from the internal columns this source added (None:
+        the position column itself)."""
+        return None
+
+    @abstractmethod
+    def check(self, spec: S, pipeline: Pipeline, what: str) -> Check:
+        """What `eddy connect check` finds when it tries the source."""
 
 
-def find(name: str) -> list[Connector]:
-    """`eddy`, `source/eddy`, `sink/files`, `transform/mask`..."""
-    kind, _, bare = name.rpartition("/")
-    return [c for c in CONNECTORS if c.name == bare and (not kind or c.kind == kind)]
+class SinkFactory(Factory[S]):
+    """A sink: the BatchSink the runtime hands each micro-batch's good rows."""
+
+    @abstractmethod
+    def build(self, spec: S, name: str, pipeline: Pipeline) -> BatchSink:
+        """The sink of `spec`; `name` (`sinks[i]:TYPE`) names it in dead letters."""
+
+    @abstractmethod
+    def check(self, spec: S, pipeline: Pipeline, what: str) -> Check:
+        """What `eddy connect check` finds when it tries the sink."""
 
 
-def json_schema(c: Connector) -> dict[str, Any]:
-    return c.model.model_json_schema(by_alias=True)
+_SOURCES: dict[str, SourceFactory[Any]] = {}
+_SINKS: dict[str, SinkFactory[Any]] = {}
+_loaded = False
 
 
-# ---- check: can the pipeline reach what it names? -----------------------------------------
+def register(factory: SourceFactory[Any] | SinkFactory[Any]) -> None:
+    """Add a connector; a connector module calls this when it is imported."""
+    table: dict[str, Any] = _SOURCES if isinstance(factory, SourceFactory) else _SINKS
+    known = table.get(factory.name)
+    if known is not None and type(known).__module__ != type(factory).__module__:
+        raise ValueError(f"two connectors named {factory.name!r}: "
+                         f"{type(known).__qualname__} and {type(factory).__qualname__}")
+    table[factory.name] = factory
 
 
-@dataclass
-class Check:
-    what: str
-    ok: bool
-    message: str
+def _load() -> None:
+    """Import every connector module (once)."""
+    global _loaded
+    if _loaded:
+        return
+    for package in PACKAGES:
+        path = importlib.import_module(package).__path__
+        for module in pkgutil.iter_modules(path, package + "."):
+            importlib.import_module(module.name)
+    _loaded = True
 
 
-def _kafka(bootstrap: str, what: str, topics: list[str] | None = None,
-           timeout_s: float = 5.0) -> Check:
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0,
-                         "socket.connection.setup.timeout.ms": int(timeout_s * 1000)})
-    try:
-        md = admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        return Check(what, False, f"cannot reach a broker at {bootstrap}: {exc.args[0]}")
-    missing = [t for t in topics or [] if t not in md.topics]
-    if missing:
-        return Check(what, True, f"{bootstrap} reachable; topic(s) not there yet "
-                                 f"(created on first write if the broker allows): "
-                                 f"{', '.join(missing)}")
-    return Check(what, True, f"{bootstrap} reachable ({len(md.brokers)} broker(s))")
+def sources() -> list[SourceFactory[Any]]:
+    """Every source connector, by rank then name."""
+    _load()
+    return sorted(_SOURCES.values(), key=lambda f: (f.rank, f.name))
 
 
-def _writable_dir(path: str, what: str) -> Check:
-    p = Path(path).resolve()
-    probe = p
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK):
-        return Check(what, False, f"{p}: cannot create or write here ({probe} not writable)")
-    return Check(what, True, f"{p} writable")
+def sinks() -> list[SinkFactory[Any]]:
+    """Every sink connector, by rank then name."""
+    _load()
+    return sorted(_SINKS.values(), key=lambda f: (f.rank, f.name))
 
 
-def _http(url: str, what: str, timeout_s: float = 5.0) -> Check:
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        with socket.create_connection((parts.hostname or "", port), timeout=timeout_s):
-            pass
-    except OSError as exc:
-        return Check(what, False, f"cannot connect to {parts.hostname}:{port}: "
-                                  f"{exc.strerror or exc}")
-    return Check(what, True, f"{parts.hostname}:{port} accepts connections")
+def source(spec: ConnectorSpec) -> SourceFactory[Any]:
+    """The factory of a loaded source spec."""
+    _load()
+    return _SOURCES[spec.type]
 
 
-def check(p: s.Pipeline) -> list[Check]:
-    checks: list[Check] = []
-    src = p.source
-    if isinstance(src, s.EddySource):
-        topics = [src.topic] if src.topic else list(src.topics or [])
-        checks.append(_kafka(src.bootstrap, "source eddy", topics))
-    elif isinstance(src, s.FilesSource):
-        path = Path(src.path)
-        ok = path.is_dir() and os.access(path, os.R_OK)
-        checks.append(Check("source files", ok, f"{path.resolve()} " + (
-            "readable" if ok else "is not a readable directory")))
-    else:
-        checks.append(Check("source datagen", True, "generated locally"))
-    for i, sink in enumerate(p.sinks):
-        what = f"sinks[{i}] {sink.type}"
-        if isinstance(sink, s.EddySink):
-            checks.append(_kafka(p.sink_bootstrap(sink), what,
-                                 [sink.topic] if sink.topic else None))
-        elif isinstance(sink, s.FilesSink):
-            checks.append(_writable_dir(sink.path, what))
-        elif isinstance(sink, s.WebhookSink):
-            checks.append(_http(sink.url, what))
-        else:
-            checks.append(Check(what, True, "prints to standard output"))
-    target = p.dead_letter_target()
-    if target is not None:
-        checks.append(_kafka(target[0], "dead letters", None))
-    checks.append(_writable_dir(str(p.checkpoint_dir()), "checkpoint"))
-    return checks
+def sink(spec: ConnectorSpec) -> SinkFactory[Any]:
+    """The factory of a loaded sink spec."""
+    _load()
+    return _SINKS[spec.type]
+
+
+def spec_union(factories: Sequence[Factory[Any]]) -> Any:
+    """The factories' spec models as one pydantic union, told apart by `type`."""
+    members = functools.reduce(operator.or_, [f.spec for f in factories])
+    return Annotated[members, Field(discriminator="type")]

@@ -4,7 +4,7 @@ An array's block count is read from the payload; if its items can take no bytes 
 (null, a fixed of size 0, a record of only such fields), a few bytes of count make the
 decoder loop that many times reading nothing (time and memory, not interruptible). Such
 arrays are refused wherever they hide: in the schema itself or in a named type it uses,
-defined inline or in a reference. Also the vocabulary eddy.connect.avro_columns shares:
+defined inline or in a reference. Also the vocabulary eddy.connect.formats.avro_columns shares:
 its error type, the primitive type names and full-name resolution.
 """
 

@@ -1,0 +1,1 @@
+"""Sink connectors, one module each: its spec model and its factory, registered on import."""

@@ -1,0 +1,1 @@
+"""Source connectors, one module each: its spec model and its factory, registered on import."""

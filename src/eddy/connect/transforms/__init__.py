@@ -1,0 +1,1 @@
+"""Transforms: pipeline steps compiled to Spark SQL column expressions."""
