@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  produced in {fill_s:.1f} s", flush=True)
 
         started = time.perf_counter()
-        from eddy.connect.runtime.spark import make_session
+        from eddy.connect.spark import make_session
 
         conf = {"spark.sql.shuffle.partitions": str(args.partitions)}
         conf.update(item.split("=", 1) for item in args.conf)

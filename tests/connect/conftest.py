@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from eddy.connect.runtime.spark import make_session
+    from eddy.connect.spark import make_session
 
     session = make_session("local[2]", app_name="eddy-tests", conf={
         "spark.sql.shuffle.partitions": "2",

@@ -138,7 +138,7 @@ def _need_spark(command: str) -> None:
 
 
 def _spark(master: str | None, conf: list[str] | None, pipeline: Any) -> Any:
-    from eddy.connect.runtime.spark import make_session
+    from eddy.connect.spark import make_session
 
     settings = dict(pipeline.spark)
     settings.update(dict(parse_kv(conf, "--conf")))

@@ -1,7 +1,9 @@
 """Data pipelines on Apache Spark: pipeline files, Spark data sources, transforms, sinks.
 
-runtime/      the Spark session, the pipeline file's model, the runner, progress, status,
-              the connector inventory (`eddy connect list-connectors|spec|check`)
+spark         the SparkSession for pipelines and `register(spark)`, which adds Eddy's data
+              sources to a user's own session (the public entry of PySpark scripts)
+runtime/      the pipeline file's model, the runner, progress, status, the connector
+              inventory (`eddy connect list-connectors|spec|check`)
 sources/      one module per source connector (spec model + factory, registered on import)
 sinks/        one module per sink connector (likewise)
 transforms/   the transforms' models and their compiler to Spark SQL column expressions

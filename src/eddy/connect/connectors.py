@@ -7,7 +7,7 @@ DataFrame or BatchSink, what `eddy connect check` probes for it, the Spark data 
 uses), and calls `register(factory)` when it is imported. Reading the registry imports
 every module of those two packages first (pkgutil), so adding a connector is adding one
 module there: the pipeline model's `source` and `sinks` unions (eddy.connect.runtime.spec),
-the runner, `eddy.connect.runtime.spark.register` and the inventory behind `eddy connect
+the runner, `eddy.connect.spark.register` and the inventory behind `eddy connect
 list-connectors|spec|check` all read it.
 
 A connector module imports no Spark at module level (`eddy connect validate` and `check`
@@ -87,7 +87,7 @@ class Factory(ABC, Generic[S]):
 
     def data_sources(self) -> Sequence[type[Any]]:
         """The PySpark data sources the connector reads or writes through (registered on a
-        session by eddy.connect.runtime.spark.register)."""
+        session by eddy.connect.spark.register)."""
         return ()
 
 
