@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from conftest import free_port
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
@@ -135,9 +136,7 @@ def test_metrics_count_what_was_produced_and_health_answers(eddy_factory: Any) -
 
 
 def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port(kind=socket.SOCK_DGRAM)
 
 
 def test_ready_is_503_naming_what_is_missing_without_a_quorum(eddy_factory: Any) -> None:

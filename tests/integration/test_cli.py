@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from conftest import EddyProcess
+from conftest import EddyProcess, free_port
 
 CLI_TIMEOUT = 60.0
 
@@ -63,13 +62,6 @@ def json_out(proc: subprocess.CompletedProcess[str]) -> Any:
 
 def json_lines(proc: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in ok(proc).splitlines() if line.strip()]
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on (bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ---- usage errors: exit 2, before any connection --------------------------------------------

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from conftest import free_port
+
 from eddy.clock import WallClock
 from eddy.cluster.controller.rpc import (
     CreateTopicRequest,
@@ -37,9 +39,7 @@ IDS = (1, 2, 3)
 
 
 def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port(kind=socket.SOCK_DGRAM)
 
 
 async def until(check: Callable[[], bool], timeout: float, what: str) -> None:

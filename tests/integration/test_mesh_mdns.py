@@ -31,6 +31,10 @@ from eddy.mesh.mdns import (
     parse_service,
 )
 
+# mDNS's one multicast port on this host: not beside the other mDNS tests (scripts/test runs
+# the suite in parallel)
+pytestmark = pytest.mark.xdist_group("mdns")
+
 LOOPBACK = ["127.0.0.1"]
 WAIT_S = 10.0
 LO = bytes([127, 0, 0, 1])

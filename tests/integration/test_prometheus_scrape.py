@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -20,18 +19,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from conftest import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 PROMETHEUS = "/usr/bin/prometheus"
 TOPIC = "scraped"
 GROUP = "readers"
 FIRST, LATER = 120, 25  # records produced before and after the group consumed and committed
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http_json(url: str) -> Any:

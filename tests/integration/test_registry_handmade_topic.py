@@ -9,14 +9,13 @@ reads it. A clean restart (SIGTERM) serves the same ids, subjects and configs.""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
-from conftest import EddyProcess
+from conftest import EddyProcess, free_port
 from kafka_helpers import create_topic
 from registry_http import call, poll, refusal, register_id, set_topic_config
 
@@ -66,12 +65,6 @@ def produce_records(bootstrap: str, records: list[tuple[bytes, bytes | None]]) -
         producer.produce("_schemas", key=key, value=data, partition=0,
                          on_delivery=lambda err, _: errors.append(str(err)) if err else None)
     assert producer.flush(20) == 0 and not errors, errors
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def check_served(url: str, *registered: str) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-from conftest import EddyProcess
+from conftest import EddyProcess, free_port
 from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from replication_check import compare_replicas
@@ -40,10 +40,7 @@ def address(node_id: int) -> str:
 
 
 def _free_port(host: str, kind: socket.SocketKind) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
+    return free_port(host, kind)
 
 
 class Node(EddyProcess):

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from conftest import EddyProcess
-from mesh_cluster import free_udp_port, mesh_status, wait_for
+from mesh_cluster import free_udp_port, node_states, wait_for
 
 from eddy.mesh.directory import rendezvous
 
@@ -47,7 +47,7 @@ class Cluster:
 
     def states(self) -> dict[int, str]:
         """Kafka node id -> liveness, as the gateway sees the mesh."""
-        return {n["node_id"]: n["state"] for n in mesh_status(self.gateway)["nodes"]}
+        return node_states(self.gateway)
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import EddyProcess
-from mesh_cluster import free_udp_port, mesh_status, wait_for
+from mesh_cluster import free_udp_port, node_states, wait_for
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from otlp_receiver import OTEL_VARS, Receiver, attrs
 
@@ -79,8 +79,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     try:
         _start(broker, BROKER_SERVICE, receiver.endpoint)
         _start(gateway, GATEWAY_SERVICE, receiver.endpoint)
-        wait_for(lambda: {n["node_id"]: n["state"] for n in mesh_status(gateway)["nodes"]}
-                 .get(BROKER_ID) == "alive", 30, "the gateway sees the broker alive")
+        wait_for(lambda: node_states(gateway).get(BROKER_ID) == "alive", 30,
+                 "the gateway sees the broker alive")
         yield Cluster(gateway, broker, receiver)
     finally:
         gateway.kill()

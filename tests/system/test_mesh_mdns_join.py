@@ -5,8 +5,13 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import pytest
 from conftest import EddyProcess
 from mesh_cluster import free_udp_port, states, wait_for
+
+# mDNS's one multicast port on this host: not beside the other mDNS tests (scripts/test runs
+# the suite in parallel)
+pytestmark = pytest.mark.xdist_group("mdns")
 
 
 def test_three_nodes_without_seeds_join_by_mdns_and_ignore_another_cluster(

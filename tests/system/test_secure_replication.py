@@ -10,7 +10,6 @@ Each node's schema registry, a Kafka client of the same listener, reads `_schema
 from __future__ import annotations
 
 import signal
-import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-from conftest import EddyProcess
+from conftest import EddyProcess, free_port
 from integration.security_nodes import make_certs
 from mesh_cluster import free_udp_port
 from replication_cluster import wait_for
@@ -33,10 +32,7 @@ RECORDS = 300
 
 
 def _free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    return free_port()
 
 
 class SecureNode(EddyProcess):

@@ -9,7 +9,6 @@ deadline is asserted."""
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,7 +28,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from conftest import EddyProcess
+from conftest import EddyProcess, free_port
 from mesh_cluster import free_udp_port, wait_for
 
 from bench.security_wire import login_ok
@@ -42,10 +41,7 @@ DEADLINE_S = 10.0
 
 
 def _free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    return free_port()
 
 
 class SaslNode(EddyProcess):
