@@ -12,7 +12,9 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import parallel
 import pytest
 from hypothesis import settings
 
@@ -29,89 +31,28 @@ os.environ.setdefault("EDDY_REGISTRY_LISTENER", "")
 os.environ.setdefault("EDDY_ADMIN_LISTENER", "")
 
 # ------------------------------------------------------------------ running in parallel
-#
-# scripts/test runs the whole suite with pytest-xdist, `--dist loadgroup`: each xdist group
-# runs on one worker, one test after another. Every test starts its servers on free loopback
-# ports with data in its own tmp dir, so tests run side by side unless they share something:
-#
-# - a module-scoped fixture (a server the module's tests share): the module is one group,
-#   so the server starts once;
-# - a session-scoped fixture of ours (the connect tests' SparkSession): one group per
-#   fixture, so one worker starts it once;
-# - the replication clusters (tests/system/replication_cluster.py): fixed loopback
-#   addresses 127.0.0.2-4, fixed Unix groups, and iptables rules that cut every link between
-#   those addresses: every module using it is in the group "loopback-cluster";
-# - anything else a file marks with `pytest.mark.xdist_group(NAME)` (mDNS, ...).
-#
-# A module with one such test is kept whole, in file order (its tests may count on the
-# state the earlier ones left on their shared server). The rest is distributed test by test. Long groups are handed out first (HEAVY_FIRST), the
-# unit tests last: the many short ones fill the workers' gaps at the end.
-
-#: groups (or path prefixes) in the order they start; anything else after them, unit last
-HEAVY_FIRST = ("loopback-cluster", "spark", "tests/system/", "tests/connect/",
-               "tests/integration/")
+# which tests share a worker, and in which order they start: tests/parallel.py
 
 
-def _uses_replication_cluster(item: pytest.Item) -> bool:
-    module = getattr(item, "module", None)
-    return module is not None and any(
-        getattr(v, "__module__", None) == "replication_cluster" for v in vars(module).values())
-
-
-def _shared_by(item: pytest.Item) -> str | None:
-    """What `item` shares with other tests: the group that says so, or None."""
-    if _uses_replication_cluster(item):
-        return "loopback-cluster"
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return None
-    shared = None
-    for name in item.fixturenames:  # type: ignore[attr-defined]
-        for fixturedef in info.name2fixturedefs.get(name, ()):
-            if not fixturedef.baseid:  # pytest's and plugins' own (tmp_path_factory, ...)
-                continue
-            if fixturedef.scope == "session":
-                return name
-            if fixturedef.scope in ("package", "module", "class"):
-                shared = item.nodeid.split("::")[0]
-    return shared
-
-
-def _group(item: pytest.Item) -> str:
-    names = [str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-             for m in item.iter_markers("xdist_group")]
-    return "_".join(sorted(set(names))) if names else item.nodeid
-
-
-def _rank(item: pytest.Item) -> int:
-    group = _group(item)
-    for i, key in enumerate(HEAVY_FIRST):
-        if group == key or (key.endswith("/") and group.startswith(key)):
-            return i
-    return len(HEAVY_FIRST)
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+@pytest.hookimpl(trylast=True)  # after xdist's own (older pytest: ids with its suffix)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # a module is kept whole when any of its tests shares something (its tests may count
-    # on running in order on one server); the strongest reason names the group: the
-    # loopback cluster, then a session fixture, then the module's own
-    def rank(group: str, path: str) -> int:
-        return 0 if group == "loopback-cluster" else 2 if group == path else 1
+    parallel.collection_modifyitems(config, items)
 
-    module_group: dict[str, str] = {}
-    for item in items:
-        path = item.nodeid.split("::")[0]
-        group = _shared_by(item)
-        if group is not None and (path not in module_group
-                                  or rank(group, path) < rank(module_group[path], path)):
-            module_group[path] = group
-    for item in items:
-        group = module_group.get(item.nodeid.split("::")[0])
-        if group is not None and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(group))
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        items.sort(key=_rank)  # stable: file order within a rank
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:  # the xdist controller, for each worker
+    parallel.configure_node(node)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") == "loadgroup":
+        return parallel.make_scheduler(config, log)
+    return None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    parallel.cleanup(config)
 
 
 def _port_slice() -> range:

@@ -8,9 +8,11 @@ import socket
 import struct
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import EddyProcess
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka_helpers import (
@@ -45,16 +47,29 @@ def _batch(values: list[bytes]) -> bytes:
     return bb.build_batch([bb.Rec(v) for v in values], base_timestamp=_now_ms())
 
 
-@pytest.fixture
-def broker(eddy) -> Any:  # type: ignore[no-untyped-def]
-    """A broker holding a topic `keep` with known data, and an empty topic `fuzzed`."""
-    create_topic(eddy.bootstrap, "keep", 2)
-    create_topic(eddy.bootstrap, "fuzzed", 1)
-    produce(eddy.bootstrap, "keep", [f"keep-{i}".encode() for i in range(40)],
-            keys=[f"k{i}".encode() for i in range(40)])
-    eddy.keep = consume_all(eddy.bootstrap, "keep", 2)
-    assert sum(len(v) for v in eddy.keep.values()) == 40
-    return eddy
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EddyProcess]:
+    """One broker for the module's tests, each of which leaves it healthy for the next:
+    a topic `keep` with known data, and a topic `fuzzed` (empty at first) that the bad
+    produce requests aim at."""
+    eddy = EddyProcess(tmp_path_factory.mktemp("bad-input") / "data").start()
+    try:
+        create_topic(eddy.bootstrap, "keep", 2)
+        create_topic(eddy.bootstrap, "fuzzed", 1)
+        produce(eddy.bootstrap, "keep", [f"keep-{i}".encode() for i in range(40)],
+                keys=[f"k{i}".encode() for i in range(40)])
+        eddy.keep = consume_all(eddy.bootstrap, "keep", 2)  # type: ignore[attr-defined]
+        assert sum(len(v) for v in eddy.keep.values()) == 40  # type: ignore[attr-defined]
+        yield eddy
+    finally:
+        eddy.kill()
+
+
+def fuzzed(broker) -> list[tuple[int, Any, Any]]:  # type: ignore[no-untyped-def]
+    """What `fuzzed` holds now (earlier tests on the module's broker may have added to
+    it: a test that must write nothing compares it before and after)."""
+    records: list[tuple[int, Any, Any]] = consume_all(broker.bootstrap, "fuzzed", 1)[0]
+    return records
 
 
 def assert_healthy(eddy) -> None:  # type: ignore[no-untyped-def]
@@ -130,6 +145,7 @@ def _valid_frames() -> dict[str, bytes]:
 
 
 def test_truncated_frames_get_no_answer(broker) -> None:  # type: ignore[no-untyped-def]
+    before = fuzzed(broker)
     for name, frame in _valid_frames().items():
         # the size prefix promises more than arrives before EOF
         for cut in sorted({1, 2, 3, 4, 5, 8, 12, len(frame) // 2, len(frame) - 1}):
@@ -146,7 +162,7 @@ def test_truncated_frames_get_no_answer(broker) -> None:  # type: ignore[no-unty
         _quick_check(broker)
     assert_healthy(broker)
     # none of the truncated produce requests wrote anything
-    assert consume_all(broker.bootstrap, "fuzzed", 1)[0] == []
+    assert fuzzed(broker) == before
 
 
 def test_partial_frame_does_not_block_others_and_completes(broker) -> None:  # type: ignore[no-untyped-def]
@@ -294,6 +310,7 @@ def test_produce_acks_0_gets_no_response(broker) -> None:  # type: ignore[no-unt
 def test_produce_acks_0_with_bad_batch_never_answers(broker) -> None:  # type: ignore[no-untyped-def]
     bad = bytearray(_batch([b"zzz"]))
     bad[-1] ^= 0xFF  # CRC mismatch
+    before = fuzzed(broker)
     s = connect(broker.port)
     try:
         s.sendall(bb.produce_request(20, "fuzzed", 0, bytes(bad), acks=0))
@@ -304,7 +321,7 @@ def test_produce_acks_0_with_bad_batch_never_answers(broker) -> None:  # type: i
         assert resp is None or resp[0] == 21
     finally:
         s.close()
-    assert consume_all(broker.bootstrap, "fuzzed", 1)[0] == []
+    assert fuzzed(broker) == before
     _quick_check(broker)
 
 
@@ -361,6 +378,7 @@ def test_mutated_metadata_requests(broker) -> None:  # type: ignore[no-untyped-d
 
 
 def test_mutated_produce_requests(broker) -> None:  # type: ignore[no-untyped-def]
+    before = fuzzed(broker)
     _fuzz_mutations(broker, [
         bb.produce_request(41, "fuzzed", 0, _batch([b"m1", b"m2", b"m3"])),
         bb.produce_request_v9(42, "fuzzed", 0, _batch([b"m4"])),
@@ -368,15 +386,17 @@ def test_mutated_produce_requests(broker) -> None:  # type: ignore[no-untyped-de
     ])
     assert_healthy(broker)
     # whatever the fuzzing appended to `fuzzed` is whole, valid batches
-    got = consume_all(broker.bootstrap, "fuzzed", 1)[0]
+    got = fuzzed(broker)
+    assert got[:len(before)] == before
     assert [o for o, _k, _v in got] == list(range(len(got)))
-    assert all(v is not None and v.startswith(b"m") for _o, _k, v in got)
+    assert all(v is not None and v.startswith(b"m") for _o, _k, v in got[len(before):])
 
 
 def test_connection_survives_error_responses(broker) -> None:  # type: ignore[no-untyped-def]
     """Request-level errors get an error code on a connection that stays open."""
     bad = bytearray(_batch([b"q"]))
     bad[-1] ^= 1
+    before = fuzzed(broker)
     s = connect(broker.port)
     try:
         s.sendall(bb.produce_request(51, "fuzzed", 0, bytes(bad)))  # CORRUPT_MESSAGE
@@ -388,7 +408,7 @@ def test_connection_survives_error_responses(broker) -> None:  # type: ignore[no
             assert resp is not None and resp[0] == corr
     finally:
         s.close()
-    assert consume_all(broker.bootstrap, "fuzzed", 1)[0] == []
+    assert fuzzed(broker) == before
     _quick_check(broker)
 
 
@@ -515,6 +535,7 @@ HOSTILE = {
 @pytest.mark.parametrize("what", list(HOSTILE))
 def test_hostile_lengths_close_only_that_connection(broker, what: str) -> None:  # type: ignore[no-untyped-def]
     frame, field = HOSTILE[what]
+    logged = len(broker.logs().splitlines())  # the module's broker: earlier tests' lines
     other = connect(broker.port)  # an established connection that must not notice
     try:
         other.sendall(bb.api_versions_request(1))
@@ -526,7 +547,8 @@ def test_hostile_lengths_close_only_that_connection(broker, what: str) -> None: 
     finally:
         other.close()
     assert broker.alive(), broker.logs()[-3000:]
-    closing = [line for line in broker.logs().splitlines() if "closing connection" in line]
+    closing = [line for line in broker.logs().splitlines()[logged:]
+               if "closing connection" in line]
     assert closing and field in closing[-1], closing[-1:]
     _quick_check(broker)
 
