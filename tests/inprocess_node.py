@@ -18,7 +18,9 @@ class InProcessNode:
     def __init__(self, data_dir: Path, roles: str = "broker,controller") -> None:
         self.config = load_config(env={}, overrides={
             "node_id": 1, "data_dir": str(data_dir), "listen": "127.0.0.1:0",
-            "process.roles": roles})
+            "process.roles": roles,
+            # no admin listener on the host's port 9644, as for the nodes conftest starts
+            "admin.listener": ""})
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.node: Node | None = None

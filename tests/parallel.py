@@ -8,10 +8,10 @@ share something:
   the server starts once;
 - a session-scoped fixture of ours (the connect tests' SparkSession): one group per fixture,
   so one worker starts it once;
-- the replication clusters (tests/system/replication_cluster.py): fixed loopback addresses
-  127.0.0.2-4, fixed Unix groups, and iptables rules that cut every link between those
-  addresses: every module using it is in the group "loopback-cluster";
-- anything else a file marks with `pytest.mark.xdist_group(NAME)` (mDNS, ...).
+- anything a file marks with `pytest.mark.xdist_group(NAME)` (mDNS, ...).
+
+(The replication clusters, with their own loopback addresses, Unix groups and iptables
+rules, take them from a block of the worker's own: tests/system/replication_cluster.py.)
 
 A module with one such test is kept whole, in file order (its tests may count on the state
 the earlier ones left on their shared server). The rest is distributed test by test. Long
@@ -37,22 +37,12 @@ from typing import Any
 import pytest
 
 #: groups (or path prefixes) in the order they start; anything else after them, unit last
-HEAVY_FIRST = ("loopback-cluster", "spark", "tests/system/", "tests/connect/",
-               "tests/integration/")
-LOOPBACK_CLUSTER = "loopback-cluster"
+HEAVY_FIRST = ("spark", "tests/system/", "tests/connect/", "tests/integration/")
 _INPUT_KEY = "eddy_xdist_groups_dir"
-
-
-def _uses_replication_cluster(item: pytest.Item) -> bool:
-    module = getattr(item, "module", None)
-    return module is not None and any(
-        getattr(v, "__module__", None) == "replication_cluster" for v in vars(module).values())
 
 
 def _shared_by(item: pytest.Item) -> str | None:
     """What `item` shares with other tests: the group that says so, or None."""
-    if _uses_replication_cluster(item):
-        return LOOPBACK_CLUSTER
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return None
@@ -75,18 +65,14 @@ def _marked_group(item: pytest.Item) -> str | None:
 
 
 def assign_groups(items: list[pytest.Item]) -> dict[str, str]:
-    """Mark every test of a module that shares something with the module's group (the
-    strongest reason: the loopback cluster, then a session fixture, then the module's own);
-    node id -> group of every grouped test."""
-    def rank(group: str, path: str) -> int:
-        return 0 if group == LOOPBACK_CLUSTER else 2 if group == path else 1
-
+    """Mark every test of a module that shares something with the module's group (a
+    session fixture's name rather than the module's own); node id -> group of every
+    grouped test."""
     module_group: dict[str, str] = {}
     for item in items:
         path = item.nodeid.split("::")[0]
         group = _shared_by(item)
-        if group is not None and (path not in module_group
-                                  or rank(group, path) < rank(module_group[path], path)):
+        if group is not None and module_group.get(path, path) == path:
             module_group[path] = group
     groups: dict[str, str] = {}
     for item in items:

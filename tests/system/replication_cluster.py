@@ -1,13 +1,17 @@
 """A 3-node cluster for the replication fault tests: every node a broker and a voter, each on
-its own loopback address (127.0.0.2, .3, .4) and in its own Unix group, so iptables can cut
+its own loopback address (127.0.B.2, .3, .4) and in its own Unix group, so iptables can cut
 the links between nodes while test clients (on 127.0.0.1, group root) still reach every node.
 
 Network partitions (`NetFaults`): the node processes run with gid `GID_BASE + id`; an OUTPUT
-rule sets the connection mark of every connection a node opens to its id (conntrack), so the
-INPUT rules can drop a link whatever source address the kernel picked for an unbound socket
-(127.0.0.1 for every loopback destination). Packets are dropped in INPUT, never OUTPUT:
-a DROP in OUTPUT fails the sender's syscall with EPERM at once, not like a lost link.
-CI installs iptables with `apt-get install -y iptables`.
+rule sets the connection mark of every connection a node opens to `MARK_BASE + id`
+(conntrack), so the INPUT rules can drop a link whatever source address the kernel picked
+for an unbound socket (127.0.0.1 for every loopback destination). Packets are dropped in
+INPUT, never OUTPUT: a DROP in OUTPUT fails the sender's syscall with EPERM at once, not
+like a lost link. CI installs iptables with `apt-get install -y iptables`.
+
+B, the block, is the xdist worker's number (0 outside xdist): the addresses, Unix groups and
+marks of a worker's clusters are its own, so clusters of tests running side by side (and
+their iptables rules) never touch each other.
 """
 
 from __future__ import annotations
@@ -32,11 +36,20 @@ from replication_check import compare_replicas
 from eddy.client.raw import RawClient
 
 IDS = (1, 2, 3)
-GID_BASE = 47000
+
+
+def _block() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]
+    return int(worker) % 250 if worker.isdigit() else 0
+
+
+BLOCK = _block()
+GID_BASE = 47000 + 10 * BLOCK
+MARK_BASE = 10 * BLOCK
 
 
 def address(node_id: int) -> str:
-    return f"127.0.0.{node_id + 1}"
+    return f"127.0.{BLOCK}.{node_id + 1}"
 
 
 def _free_port(host: str, kind: socket.SocketKind) -> int:
@@ -194,7 +207,8 @@ class NetFaults:
             _iptables("-I", hook, "-j", chain)
         for i in IDS:
             _iptables("-A", self.mark, "-m", "conntrack", "--ctstate", "NEW", "-m", "owner",
-                      "--gid-owner", str(GID_BASE + i), "-j", "CONNMARK", "--set-mark", str(i))
+                      "--gid-owner", str(GID_BASE + i), "-j", "CONNMARK", "--set-mark",
+                      str(MARK_BASE + i))
 
     def remove(self) -> None:
         for chain, hook in ((self.mark, "OUTPUT"), (self.drop, "INPUT")):
@@ -208,8 +222,8 @@ class NetFaults:
             _iptables("-A", self.drop, "-s", address(x), "-d", address(y), "-j", "DROP")
             # connections x opened (from whatever source address) to y's listeners
             for direction in ("-d", "-s"):
-                _iptables("-A", self.drop, "-m", "connmark", "--mark", str(x), direction,
-                          address(y), "-j", "DROP")
+                _iptables("-A", self.drop, "-m", "connmark", "--mark", str(MARK_BASE + x),
+                          direction, address(y), "-j", "DROP")
 
     def isolate(self, node: int) -> None:
         for other in IDS:

@@ -1,6 +1,6 @@
 """Replication under faults (issue 14), checked like Jepsen's queue checker.
 
-Three nodes (each a broker and a metadata voter, on 127.0.0.2-4), a topic of 3 partitions
+Three nodes (each a broker and a metadata voter, on 127.0.B.2-4), a topic of 3 partitions
 with replication factor 3 and min.insync.replicas=2. An idempotent acks=all producer writes
 keyed records with unique values while the leader of a partition is hit, a bounded number of
 times: SIGKILL then restart; SIGSTOP for a few seconds then SIGCONT; a network partition

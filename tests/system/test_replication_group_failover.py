@@ -1,6 +1,6 @@
 """A consumer group whose coordinator moves (issue 14).
 
-Three nodes (each a broker and a metadata voter, on 127.0.0.2-4); consumer groups and their
+Three nodes (each a broker and a metadata voter, on 127.0.B.2-4); consumer groups and their
 committed offsets live in the `offsets` Raft group, whose leader is the group coordinator.
 A topic of 3 partitions, replication factor 3, min.insync.replicas=2; an idempotent acks=all
 producer writes keyed records with unique values at a few hundred per second throughout.

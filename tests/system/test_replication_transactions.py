@@ -1,6 +1,6 @@
 """Exactly-once read-process-write across a leader failover (issue 14).
 
-Three nodes (127.0.0.2-4), topics `in` and `out` of 3 partitions, replication factor 3,
+Three nodes (127.0.B.2-4), topics `in` and `out` of 3 partitions, replication factor 3,
 min.insync.replicas=2. `in` holds INPUTS records. A transactional producer and a
 read_committed consumer copy `in` to `out` in transactions of up to BATCH records, each
 committing the consumer's offsets in the transaction; an output value names its input and
