@@ -200,3 +200,15 @@ def eddy_factory(tmp_path: Path) -> Iterator[object]:
 def eddy(eddy_factory) -> EddyProcess:  # type: ignore[no-untyped-def]
     """A running broker with default settings."""
     return eddy_factory()  # type: ignore[no-any-return, operator]
+
+
+@pytest.fixture(scope="module")
+def module_eddy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EddyProcess]:
+    """One broker with default settings for the tests of a module, started once: for
+    modules whose tests each work on topics, groups and ids of their own and look at
+    nothing else of the broker (a module says so by making `eddy` this one)."""
+    p = EddyProcess(tmp_path_factory.mktemp("module-eddy") / "data").start()
+    try:
+        yield p
+    finally:
+        p.kill()

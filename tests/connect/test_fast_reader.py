@@ -36,6 +36,12 @@ TRANSACTIONAL = 0x10
 LOG_APPEND_TIME = 0x08
 
 
+@pytest.fixture(scope="module")
+def eddy(module_eddy: Any) -> Any:
+    """The module's one broker: every test here works on topics of its own."""
+    return module_eddy
+
+
 def at(base_offset: int, batch: bytes) -> bytes:
     """The batch with its base offset set (the builder writes 0)."""
     return struct.pack(">q", base_offset) + batch[8:]

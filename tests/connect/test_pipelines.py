@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import pytest
+
 from eddy.connect.deadletter import HEADER_ERROR, HEADER_PIPELINE, HEADER_SOURCE, HEADER_STAGE
 
 from .pipeline_helpers import (
@@ -25,6 +27,13 @@ from .pipeline_helpers import (
     run_text,
     topics,
 )
+
+
+@pytest.fixture(scope="module")
+def eddy(module_eddy: Any) -> Any:
+    """The module's one broker: every test here works on topics of its own."""
+    return module_eddy
+
 
 SALT = "s3cr3t-salt"
 

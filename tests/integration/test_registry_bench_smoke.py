@@ -113,16 +113,18 @@ def test_expected_answers_count_as_ok(stubs: list[Stub]) -> None:
 
 
 @pytest.mark.parametrize(("answer", "close_after", "why"), [
-    (response(500, b'{"error_code":500}'), 0, "HTTP 500"),
-    (response(200, b'{"schema":"y"}'), 0, "unexpected body"),
-    (response(200, b'{"schema":"x"}'), 1, "connection closed"),
+    (response(500, b'{"error_code":500}'), 0, ("HTTP 500",)),
+    (response(200, b'{"schema":"y"}'), 0, ("unexpected body",)),
+    # the stub closes with the next request unread or not yet arrived: the client sees a
+    # reset or an end of stream, as the two race (a reset, once, on a loaded machine)
+    (response(200, b'{"schema":"x"}'), 1, ("connection closed", "Connection reset")),
 ], ids=["status", "body", "dropped"])
 def test_bad_answers_count_as_errors(stubs: list[Stub], answer: bytes, close_after: int,
-                                     why: str) -> None:
+                                     why: tuple[str, ...]) -> None:
     stubs.append(Stub(answer, close_after))
     tally = drive(stubs[0], b'{"schema":"x"}')
     assert tally.errors > 0
-    assert any(why in s for s in tally.samples), tally.samples
+    assert any(w in s for s in tally.samples for w in why), tally.samples
     if close_after == 0:
         assert tally.ok == 0
 
