@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -19,8 +20,16 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
+from conftest import EddyProcess
 
 from eddy.log.config import TOPIC_CONFIGS
+
+
+@pytest.fixture(scope="module")
+def eddy(module_eddy: EddyProcess) -> EddyProcess:
+    """The module's one broker: every test here works on topics of its own (those that
+    restart a broker or set its configs start their own)."""
+    return module_eddy
 
 
 def _admin(eddy) -> AdminClient:  # type: ignore[no-untyped-def]
@@ -64,7 +73,8 @@ def test_describe_lists_every_topic_config_with_sources(eddy) -> None:  # type: 
     assert configs["cleanup.policy"].value == "delete"
 
 
-def test_incremental_alter_set_delete_append_subtract(eddy) -> None:  # type: ignore[no-untyped-def]
+def test_incremental_alter_set_delete_append_subtract(eddy_factory) -> None:  # type: ignore[no-untyped-def]
+    eddy = eddy_factory()  # a broker of its own: the test restarts it
     admin = _admin(eddy)
     _create(admin, "altered", **{"retention.ms": "1000"})
     _incremental(
@@ -98,11 +108,12 @@ def test_incremental_alter_set_delete_append_subtract(eddy) -> None:  # type: ig
 )
 def test_bad_alter_is_invalid_config_and_changes_nothing(eddy, entry) -> None:  # type: ignore[no-untyped-def]
     admin = _admin(eddy)
-    _create(admin, "guarded")
+    guarded = f"guarded-{uuid.uuid4().hex[:8]}"
+    _create(admin, guarded)
     with pytest.raises(KafkaException) as exc:
-        _incremental(admin, "guarded", entry)
+        _incremental(admin, guarded, entry)
     assert exc.value.args[0].code() == KafkaError.INVALID_CONFIG
-    configs = _describe(admin, "guarded")
+    configs = _describe(admin, guarded)
     assert configs["retention.ms"].value == "604800000"
     assert configs["cleanup.policy"].value == "delete"
 

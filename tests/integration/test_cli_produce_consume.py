@@ -8,10 +8,17 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import EddyProcess
 from test_cli import eddy_cli, eddy_cli_parallel, json_lines, json_out, ok
 
 KCAT = "/usr/bin/kcat"
+
+
+@pytest.fixture(scope="module")
+def eddy(module_eddy: EddyProcess) -> EddyProcess:
+    """The module's one broker: every test here works on topics of its own."""
+    return module_eddy
 
 
 def murmur2(data: bytes) -> int:

@@ -20,6 +20,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from conftest import EddyProcess
 from kafka_helpers import create_topic
 from txn_helpers import (
     INVALID_TRANSACTION_TIMEOUT,
@@ -32,6 +33,13 @@ from txn_helpers import (
 
 FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                 KafkaError.INVALID_PRODUCER_EPOCH}
+
+
+@pytest.fixture(scope="module")
+def eddy(module_eddy: EddyProcess) -> EddyProcess:
+    """The module's one broker: every test here works on topics, groups and transactional
+    ids of its own (those that kill a broker start their own)."""
+    return module_eddy
 
 
 def _txn_producer(bootstrap: str, txn_id: str, **extra: object) -> Producer:
@@ -291,7 +299,8 @@ def test_kafka_python_transactional_producer(eddy) -> None:  # type: ignore[no-u
 # ---- kill -9 in the middle of transactions ---------------------------------------------------
 
 
-def test_kill9_in_the_middle_of_transactions(eddy) -> None:  # type: ignore[no-untyped-def]
+def test_kill9_in_the_middle_of_transactions(eddy_factory) -> None:  # type: ignore[no-untyped-def]
+    eddy = eddy_factory()  # a broker of its own: the test kills it
     bs, topic, parts, src, group = eddy.bootstrap, "crash-txn", 3, "crash-src", "crash-group"
     create_topic(bs, topic, parts)
     create_topic(bs, src, 1)
@@ -386,12 +395,13 @@ def test_kill9_in_the_middle_of_transactions(eddy) -> None:  # type: ignore[no-u
     check()
 
 
-def test_producer_continuing_its_transaction_across_kill9(eddy) -> None:  # type: ignore[no-untyped-def]
+def test_producer_continuing_its_transaction_across_kill9(eddy_factory) -> None:  # type: ignore[no-untyped-def]
     """The broker dies while a live producer has a transaction open; the producer goes on
     with it after the restart. Kafka keeps such a transaction open (the producer then
     commits it whole); a broker that aborts it instead must fence the producer (bump the
     epoch) so that what it sends next is refused. Either way the transaction is all or
     nothing, and no partition is left with a transaction nobody will ever end."""
+    eddy = eddy_factory()  # a broker of its own: the test kills it
     bs, topic = eddy.bootstrap, "crash-continue"
     create_topic(bs, topic, 2)
     p = _txn_producer(bs, "continue-id", **{"transaction.timeout.ms": 5_000,

@@ -23,7 +23,7 @@ from kio.schema.list_offsets.v7.request import (
     ListOffsetsTopic,
 )
 from kio.static.primitive import i8, i32, i64
-from mesh_cluster import free_udp_port, node_states, wait_for
+from mesh_cluster import free_udp_port, mesh_nodes, wait_for
 
 from eddy.client.raw import RawClient
 
@@ -57,8 +57,10 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EddyProces
         (part / "leader-epoch").write_text(f"{EPOCH}\n")
         broker.start()
         gateway.start()
-        wait_for(lambda: node_states(gateway).get(1) == "alive", 30,
-                 "the gateway sees the broker alive")
+        # alive first, its topics announced after (gossip): the tests need both
+        wait_for(lambda: any(n.kafka_node_id == 1 and n.state == "alive" and n.topics >= 1
+                             for n in mesh_nodes(gateway)), 30,
+                 "the gateway sees the broker alive, holding its topic")
         yield broker, gateway
     finally:
         gateway.kill()
