@@ -80,9 +80,11 @@ def cut_follower_with(faults: NetFaults, shrunk: list[str]) -> Fault:
         faults.cut(leader, follower)
         try:
             deadline = time.monotonic() + LAG_MS / 1000 + 6.0
-            view = cluster.describe(TOPIC)
+            # the leader's view: when the leader is the controller too, the cut-off follower
+            # hears no metadata and keeps answering with the ISR it last knew
+            view = cluster.describe(TOPIC, cluster.nodes[leader])
             while time.monotonic() < deadline:
-                view = cluster.describe(TOPIC)
+                view = cluster.describe(TOPIC, cluster.nodes[leader])
                 if any(lead == leader and follower not in isr for lead, isr in view.values()):
                     shrunk.append("shrunk")
                     time.sleep(2.0)  # writes go on with an ISR of two
