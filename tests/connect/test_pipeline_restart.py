@@ -28,8 +28,8 @@ from .pipeline_helpers import (
     write_pipeline,
 )
 
-RECORDS = 200_000
-PER_BATCH = 20_000
+RECORDS = 100_000
+PER_BATCH = 10_000
 
 
 def session_pids(sid: int) -> list[int]:
