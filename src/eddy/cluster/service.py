@@ -75,6 +75,16 @@ def controller_config(config: ClusterNode) -> ControllerConfig:
     )
 
 
+def named_controller(state: MetadataState, leader: int) -> int:
+    """The controller Metadata and DescribeCluster name to clients: a live broker, the same
+    from every node (Kafka's admin clients send controller requests there; every broker
+    here takes them). The metadata group's ``leader`` when it is a live broker (it runs the
+    controller: no forwarding), else the lowest live broker; -1 when none is live."""
+    if leader > 0 and state.is_live(leader):
+        return leader
+    return min((b.node_id for b in state.live_brokers()), default=-1)
+
+
 class ClusterService:
     def __init__(self, config: ClusterNode, mesh: MeshService, clock: Clock,
                  cluster_id: str) -> None:
@@ -134,6 +144,10 @@ class ClusterService:
     def controller_id(self) -> int:
         """The controller as this node knows it (-1: none known)."""
         return self._raft_leader() or self.client.hint or -1
+
+    def named_controller(self) -> int:
+        """The controller clients are told of (see ``named_controller``)."""
+        return named_controller(self.state, self._raft_leader())
 
     async def start(self, kafka_addr: str, hosted: Callable[[], Iterable[bytes]] | None = None,
                     on_delete: Callable[[list[bytes]], None] | None = None) -> None:
