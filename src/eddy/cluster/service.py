@@ -70,6 +70,10 @@ def controller_config(config: ClusterNode) -> ControllerConfig:
         stall_after_ms=2 * config.broker_heartbeat_interval_ms,
         local_broker=config.node_id if "broker" in config.roles else -1,
         probe_after_ms=config.broker_liveness_probe_ms,
+        auto_leader_rebalance=config.auto_leader_rebalance_enable,
+        leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_seconds
+        * 1000,
+        leader_imbalance_per_broker_percentage=config.leader_imbalance_per_broker_percentage,
         default_partitions=config.num_partitions,
         default_replication_factor=config.default_replication_factor,
     )
