@@ -114,3 +114,24 @@ def test_a_registration_the_controller_lost_is_made_again_at_once() -> None:
                          "RegisterRequest", "HeartbeatRequest"]
     # while the controller did not know it, requests waited for the new registration
     assert seen_registered == [False, False]
+
+
+def test_a_new_controller_is_sent_a_heartbeat_at_once() -> None:
+    controller = Controller(lambda r: reply(controller=1, value=1))
+
+    async def run() -> None:
+        # heartbeats a minute apart: the one after wake() cannot be the interval's
+        agent = _agent(controller, 60_000)
+        agent.start()
+        try:
+            await controller.until(lambda: len(_beats(controller)) == 1)  # the registration's
+            agent.leader_changed(3)  # the metadata group has a new leader
+            await controller.until(lambda: len(_beats(controller)) == 2)
+            agent.leader_changed(3)
+            agent.leader_changed(0)  # an election under way: nobody to heartbeat yet
+            agent.leader_changed(2)
+            await controller.until(lambda: len(_beats(controller)) == 3)
+        finally:
+            await agent.stop()
+
+    asyncio.run(run())

@@ -39,7 +39,7 @@ from eddy.cluster.offsets import OFFSETS_GROUP, OffsetsMachine, encode_entry
 from eddy.cluster.raft.admin import ClusterRaftAdmin
 from eddy.cluster.raft.driver import RaftDriver, RaftStatus, WriteTimeout
 from eddy.cluster.raft.handover import hand_over_raft
-from eddy.cluster.raft.ready import ProposalDropped
+from eddy.cluster.raft.ready import ProposalDropped, SoftState
 from eddy.cluster.raft.transport import MeshRaftTransport
 from eddy.cluster.settings import ClusterNode
 from eddy.mesh.frames import TAG_CONTROLLER
@@ -161,6 +161,8 @@ class ClusterService:
         # starts empty and waits for the controller to add it as a learner
         initial = sorted(self.voters) if self.node_id in self.voters else []
         self.metadata = await self.multi.add_group(METADATA_GROUP, initial, self.machine)
+        # before the controller service chains its own hook after this one
+        self.metadata.on_soft_state = self._metadata_soft_state
         if self.node_id in self.voters:
             self.offsets = await self.multi.add_group(OFFSETS_GROUP, initial,
                                                       self.offsets_machine)
@@ -184,6 +186,10 @@ class ClusterService:
                                      on_delete)
             self.agent.registered = self.registered
             self.agent.start()
+
+    def _metadata_soft_state(self, soft: SoftState) -> None:
+        if self.agent is not None:
+            self.agent.leader_changed(soft.leader)  # a new controller: heartbeat it now
 
     def _drivers(self) -> list[RaftDriver]:
         return [d for d in (self.metadata, self.offsets) if d is not None]

@@ -142,7 +142,10 @@ class BrokerAgent:
     that found no controller right after the registration (a controller change) must not
     leave it unset while later ones succeed. A heartbeat answered "unknown broker" or
     "stale epoch" (a controller whose state lost this registration) clears it, and the
-    broker registers again at once, not a heartbeat interval later."""
+    broker registers again at once, not a heartbeat interval later. A new metadata leader
+    (``leader_changed``: a new controller) is sent the next heartbeat at once: it gives
+    the previous controller's broker a short grace only (a suspect), which must not run out
+    while that broker waits for its next interval."""
 
     def __init__(self, client: ControllerClient, node_id: int, rack: str | None,
                  kafka_addr: str, mesh_addr: str, interval_ms: int,
@@ -161,6 +164,19 @@ class BrokerAgent:
         self.offsets_leader = -1  # the group coordinator, as the controller last said
         self.registered = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._leader = 0  # the metadata leader last heard of (0: none yet)
+
+    def wake(self) -> None:
+        """Heartbeat (or register) now instead of at the end of the interval."""
+        self._wake.set()
+
+    def leader_changed(self, leader: int) -> None:
+        """The metadata group's leader as this node's Raft group sees it (0: unknown): a
+        new one is a new controller, heartbeated at once."""
+        if leader and leader != self._leader:
+            self._leader = leader
+            self.wake()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="broker-agent")
@@ -182,7 +198,11 @@ class BrokerAgent:
                 log.debug("broker %d: %s", self.node_id, exc)
             except Exception:
                 log.exception("broker %d: heartbeat failed; retrying", self.node_id)
-            await asyncio.sleep(self.interval_s if self.epoch else RETRY_PAUSE_S * 4)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.interval_s if self.epoch
+                                           else RETRY_PAUSE_S * 4):
+                    await self._wake.wait()
+            self._wake.clear()
 
     async def controlled_shutdown(self, timeout_s: float) -> int | None:
         """Stop heartbeating and ask the controller to move this broker's leaderships away
