@@ -10,6 +10,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from eddy.config_parse import parse_host_port, split_list
+from eddy.mesh.settings import NodeIdentity
 
 __all__ = ["ClusterNode", "ClusterSettings", "parse_quorum_voters"]
 
@@ -101,23 +102,11 @@ class ClusterSettings(BaseModel):
         return self
 
 
-class ClusterNode(Protocol):
+class ClusterNode(NodeIdentity, Protocol):
     """What the cluster service reads of its node's settings: who the node is, the quorum's
     voters, the defaults of topics it creates and the brokers' heartbeats and fencing. The
     node's settings (``eddy.broker.settings.BrokerSettings``) have them all; the cluster does
     not import them."""
-
-    @property
-    def node_id(self) -> int: ...
-
-    @property
-    def roles(self) -> frozenset[str]: ...
-
-    @property
-    def broker_rack(self) -> str | None: ...
-
-    @property
-    def data_dir(self) -> str: ...
 
     @property
     def quorum_voters(self) -> dict[int, str]: ...
