@@ -134,9 +134,15 @@ class ControllerClient:
 
 
 class BrokerAgent:
-    """Registers this broker, then heartbeats every ``interval_ms``; registers again when
-    the controller no longer knows its epoch. ``hosted()`` gives the topic ids held here;
-    ``on_delete`` gets storage GC's orders."""
+    """Registers this broker, then heartbeats every ``interval_ms``. ``hosted()`` gives the
+    topic ids held here; ``on_delete`` gets storage GC's orders.
+
+    ``registered`` is set by every heartbeat the controller answers positively (the
+    controller knows this broker in its epoch), whatever happened before it: a heartbeat
+    that found no controller right after the registration (a controller change) must not
+    leave it unset while later ones succeed. A heartbeat answered "unknown broker" or
+    "stale epoch" (a controller whose state lost this registration) clears it, and the
+    broker registers again at once, not a heartbeat interval later."""
 
     def __init__(self, client: ControllerClient, node_id: int, rack: str | None,
                  kafka_addr: str, mesh_addr: str, interval_ms: int,
@@ -170,8 +176,8 @@ class BrokerAgent:
             try:
                 if self.epoch == 0:
                     await self._register()
-                else:
-                    await self._heartbeat()
+                elif not await self._heartbeat():
+                    continue  # the controller lost this registration: register now
             except ControllerUnavailable as exc:
                 log.debug("broker %d: %s", self.node_id, exc)
             except Exception:
@@ -211,12 +217,13 @@ class BrokerAgent:
             self.epoch = answer.value
             log.info("broker %d registered with controller %d, epoch %d", self.node_id,
                      answer.controller, self.epoch)
-            await self._heartbeat()
-            self.registered.set()
+            await self._heartbeat()  # sets ``registered`` once the controller answers it
         elif answer.error_code != ErrorCode.not_controller:
             log.warning("broker %d: registration refused: %s", self.node_id, answer.message)
 
-    async def _heartbeat(self) -> None:
+    async def _heartbeat(self) -> bool:
+        """One heartbeat; False when the controller no longer knows this registration
+        (``epoch`` is then 0 and ``registered`` cleared)."""
         hosted = tuple(self.hosted())
         answer = await self.client.call(HeartbeatRequest(self.node_id, self.epoch, hosted),
                                         self.interval_s * 4)
@@ -224,10 +231,13 @@ class BrokerAgent:
                                  ErrorCode.broker_id_not_registered):
             log.info("broker %d: %s; registering again", self.node_id, answer.message)
             self.epoch = 0
-            return
+            self.registered.clear()
+            return False
         if answer.error_code != ErrorCode.none:
-            return
+            return True  # no controller yet (NOT_CONTROLLER): the next heartbeat tries again
+        self.registered.set()
         self.fenced = answer.fenced
         self.offsets_leader = answer.offsets_leader
         if answer.delete_topics:
             self.on_delete(list(answer.delete_topics))
+        return True
