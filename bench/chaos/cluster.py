@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
@@ -102,10 +103,12 @@ class Node:
             cmd += ["--set", f"{k}={v}"]
         env = {**os.environ, "EDDY_REGISTRY_LISTENER": "", "EDDY_ADMIN_LISTENER": ""}
         gid = self.gid
+        # its own group, for iptables to tell its connections apart (root only)
+        setgid = (lambda: os.setgid(gid)) if os.geteuid() == 0 else None
         with open(self.log_path, "a") as log:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
                                          stdin=subprocess.DEVNULL, env=env,
-                                         preexec_fn=lambda: os.setgid(gid))
+                                         preexec_fn=setgid)
         ready = threading.Event()
         threading.Thread(target=self._drain, args=(self.proc, ready), daemon=True).start()
         deadline = time.monotonic() + timeout
@@ -226,14 +229,10 @@ class Cluster:
         return self._cluster(node)[1]
 
     def controller(self) -> int:
-        """The metadata leader's node id (-1: none known). Read from the Raft side: every
-        node's DescribeCluster names a controller, so ask the first live node (today a
-        node may name itself, issue 28)."""
-        for node in self.live():
-            found = self._cluster(node)[0]
-            if found != -1:
-                return found
-        return -1
+        """The controller (the metadata leader) most live nodes name in DescribeCluster
+        (-1: none named)."""
+        named = Counter(c for n in self.live() if (c := self._cluster(n)[0]) != -1)
+        return named.most_common(1)[0][0] if named else -1
 
     def describe(self, topic: str, via: Node | None = None) -> View:
         """partition -> (leader, sorted ISR) as `via` (default: the first live node that

@@ -1,6 +1,6 @@
 """The fault kinds: each hits the cluster once, heals, waits until every node is back in
-every ISR of the round's topic (so the next fault may take any node down), and returns the
-windows it opened: from the fault to the cluster settled again, the span within which
+every ISR of the round's topic (so the next fault may take any node down). Each opens a
+window in its Target: from the fault to the cluster settled again, the span within which
 bench.chaos.rounds measures each partition's longest gap in acknowledged writes.
 
 - kill: kill -9 of a partition's leader; restarted once its partitions moved;
@@ -41,6 +41,8 @@ class Target:
     topic: str
     partitions: int
     net: NetFaults | None = None
+    #: every window opened so far (one left open, end 0, by a fault that did not recover)
+    windows: list[Window] = field(default_factory=list)
 
 
 @dataclass
@@ -72,8 +74,10 @@ def _led(t: Target, nodes: tuple[int, ...]) -> tuple[int, ...]:
 
 def _window(t: Target, kind: str, nodes: tuple[int, ...]) -> Window:
     """A window opened now, before the fault."""
-    return Window(kind, time.monotonic(), 0.0, nodes, _led(t, nodes),
-                  t.cluster.controller() in nodes)
+    led, controller = _led(t, nodes), t.cluster.controller() in nodes
+    w = Window(kind, time.monotonic(), 0.0, nodes, led, controller)
+    t.windows.append(w)
+    return w
 
 
 def _moved(t: Target, gone: tuple[int, ...]) -> float:
@@ -85,23 +89,22 @@ def _moved(t: Target, gone: tuple[int, ...]) -> float:
                     detail=lambda: t.cluster.views(t.topic))
 
 
-def _settle(t: Target, w: Window) -> list[Window]:
+def _settle(t: Target, w: Window) -> None:
     w.notes["isr_full_s"] = t.cluster.wait_settled(t.topic, SETTLE_TIMEOUT_S)
     w.end = time.monotonic()
-    return [w]
 
 
-def kill(t: Target, k: int, kind: str = "kill") -> list[Window]:
+def kill(t: Target, k: int, kind: str = "kill") -> None:
     victim = _leader_of(t, k)
     w = _window(t, kind, (victim,))
     t.cluster.nodes[victim].kill()
     w.notes["moved_s"] = _moved(t, (victim,))
     time.sleep(DOWN_S)
     t.cluster.nodes[victim].start()
-    return _settle(t, w)
+    _settle(t, w)
 
 
-def pause(t: Target, k: int) -> list[Window]:
+def pause(t: Target, k: int) -> None:
     victim = _leader_of(t, k)
     w = _window(t, "pause", (victim,))
     node = t.cluster.nodes[victim]
@@ -110,10 +113,10 @@ def pause(t: Target, k: int) -> list[Window]:
         time.sleep(PAUSE_S)
     finally:
         node.signal(signal.SIGCONT)
-    return _settle(t, w)
+    _settle(t, w)
 
 
-def isolate(t: Target, k: int) -> list[Window]:
+def isolate(t: Target, k: int) -> None:
     if t.net is None:
         raise RuntimeError("isolate needs iptables (a NetFaults)")
     victim = _leader_of(t, k)
@@ -123,10 +126,10 @@ def isolate(t: Target, k: int) -> list[Window]:
         time.sleep(ISOLATE_S)
     finally:
         t.net.heal()
-    return _settle(t, w)
+    _settle(t, w)
 
 
-def controller(t: Target, k: int) -> list[Window]:
+def controller(t: Target, k: int) -> None:
     del k
     victim = t.cluster.controller()
     if victim not in IDS:
@@ -138,10 +141,10 @@ def controller(t: Target, k: int) -> list[Window]:
     w.notes["moved_s"] = _moved(t, (victim,))
     time.sleep(DOWN_S)
     t.cluster.nodes[victim].start()
-    return _settle(t, w)
+    _settle(t, w)
 
 
-def two_down(t: Target, k: int) -> list[Window]:
+def two_down(t: Target, k: int) -> None:
     first = _leader_of(t, k)
     second = next(i for i in IDS if i != first and (i - first) % len(IDS) == 1)
     w = _window(t, "two-down", (first, second))
@@ -150,33 +153,31 @@ def two_down(t: Target, k: int) -> list[Window]:
     time.sleep(TWO_DOWN_S)
     for i in (first, second):
         t.cluster.nodes[i].start()
-    return _settle(t, w)
+    _settle(t, w)
 
 
-def rolling(t: Target, k: int) -> list[Window]:
+def rolling(t: Target, k: int) -> None:
     """SIGTERM each node in turn (the controller last, as operators do), restart it, wait
     until it is back in every ISR."""
     del k
     ctl = t.cluster.controller()
     order = sorted(IDS, key=lambda i: (i == ctl, i))
-    windows: list[Window] = []
     for i in order:
         w = _window(t, "rolling", (i,))
         node = t.cluster.nodes[i]
         w.notes["exit_s"] = node.term()
         node.start()
         w.notes["back_s"] = time.monotonic() - w.start
-        windows += _settle(t, w)
-    return windows
+        _settle(t, w)
 
 
-def txn(t: Target, k: int) -> list[Window]:
-    return kill(t, k, "txn")
+def txn(t: Target, k: int) -> None:
+    kill(t, k, "txn")
 
 
 @dataclass(frozen=True)
 class Kind:
-    run: Callable[[Target, int], list[Window]]
+    run: Callable[[Target, int], None]
     needs_net: bool = False
     transactional: bool = False
 

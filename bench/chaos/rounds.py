@@ -59,6 +59,9 @@ class RoundReport:
     txns: dict[str, int] = field(default_factory=dict)
     logs: dict[int, dict[str, int]] = field(default_factory=dict)
     seconds: float = 0.0
+    #: partition -> the longest gap between acknowledgements outside every fault's window
+    #: (while nothing was done to the cluster: churn of its own, leaders moving back)
+    between_s: dict[int, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -75,6 +78,8 @@ class RoundReport:
             notes = ", ".join(f"{k} {v:.1f}" for k, v in f.notes.items())
             lines.append(f"  {f.kind} {f.nodes}{' (controller)' if f.controller else ''}: "
                          f"longest gap per partition (s) {{{gaps}}}{fo}; {notes}")
+        gaps = ", ".join(f"{p}: {s:.2f}" for p, s in sorted(self.between_s.items()))
+        lines.append(f"  between faults, longest gap per partition (s) {{{gaps}}}")
         lines += [f"  problem: {p}" for p in self.problems]
         lines.append(f"  node logs: {self.logs}")
         return "\n".join(lines)
@@ -85,6 +90,7 @@ class RoundReport:
                 "producers": self.producers, "txns": self.txns, "logs": self.logs,
                 "problems": self.problems, "anomalies": self.verdict.anomalies(),
                 "acked": self.verdict.acked, "read": self.verdict.read,
+                "between_s": self.between_s,
                 "faults": [{"kind": f.kind, "nodes": f.nodes, "controller": f.controller,
                             "unavailable_s": f.unavailable_s, "failover_s": f.failover_s,
                             "notes": f.notes} for f in self.faults]}
@@ -99,6 +105,20 @@ def fault_report(journal: Journal, w: Window) -> FaultReport:
                        failover, {k: round(v, 3) for k, v in w.notes.items()})
 
 
+def between(journal: Journal, windows: Sequence[Window], start: float, end: float
+            ) -> dict[int, float]:
+    """partition -> the longest gap between acknowledgements within [start, end] outside
+    every window."""
+    edges = [start, *(t for w in sorted(windows, key=lambda w: w.start)
+                      for t in (w.start, w.end)), end]
+    out = {p: 0.0 for p in range(journal.partitions)}
+    for a, b in zip(edges[::2], edges[1::2], strict=True):
+        if b > a:
+            for p, gap in unavailability(journal, a, b).items():
+                out[p] = max(out[p], gap)
+    return out
+
+
 def run_round(cluster: Cluster, topic: str, kinds: Sequence[str], net: NetFaults | None = None,
               partitions: int = PARTITIONS, rate: float = RATE) -> RoundReport:
     """Create `topic`, write while each fault of `kinds` hits it in turn, check."""
@@ -109,19 +129,21 @@ def run_round(cluster: Cluster, topic: str, kinds: Sequence[str], net: NetFaults
     txn = (TxnWriter(cluster.bootstrap, topic, partitions).start()
            if any(KINDS[k].transactional for k in kinds) else None)
     target = Target(cluster, topic, partitions, net)
-    windows: list[Window] = []
+    measured = stopped = began
     try:
         wait_for(lambda: len(writer.acked_per_partition()) == partitions, 60,
                  "every partition acknowledged a write")
+        measured = time.monotonic()
         time.sleep(GAP_S)
         for k, kind in enumerate(kinds):
             try:
-                windows += KINDS[kind].run(target, k)
+                KINDS[kind].run(target, k)
             except AssertionError as exc:  # did not recover: check what we have
                 report.problems.append(f"fault {k} ({kind}) did not recover: {exc}")
                 break
             time.sleep(GAP_S)
     finally:
+        stopped = time.monotonic()
         for client in (writer, txn):
             if client is not None:
                 try:
@@ -132,8 +154,14 @@ def run_round(cluster: Cluster, topic: str, kinds: Sequence[str], net: NetFaults
         cluster.wait_settled(topic, 60)
     except AssertionError as exc:
         report.problems.append(str(exc))
-    verify(cluster, report, writer, txn, partitions)
-    report.faults = [fault_report(writer.journal, w) for w in windows]
+    try:
+        verify(cluster, report, writer, txn, partitions)
+    except Exception as exc:  # e.g. a cluster that never came back: no reads
+        report.problems.append(f"not verified: {type(exc).__name__}: {exc}")
+    for w in target.windows:
+        w.end = w.end or stopped  # a fault that did not recover: until the writer stopped
+    report.faults = [fault_report(writer.journal, w) for w in target.windows]
+    report.between_s = between(writer.journal, target.windows, measured, stopped)
     report.logs = cluster.log_counts()
     report.seconds = time.monotonic() - began
     return report
