@@ -38,7 +38,7 @@ from typing import Any
 from bench.chaos.cluster import Cluster, default_block
 from bench.chaos.faults import KINDS
 from bench.chaos.net import Hog, NetFaults, net_faults
-from bench.chaos.rounds import RoundReport, run_round
+from bench.chaos.rounds import RATE, RoundReport, run_round
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
 
@@ -63,8 +63,8 @@ def maybe_net(block: int) -> Iterator[NetFaults | None]:
 class Runner:
     """One cluster at a time under `root`; a new one after a round that did not recover."""
 
-    def __init__(self, root: Path, block: int, net: NetFaults | None) -> None:
-        self.root, self.block, self.net = root, block, net
+    def __init__(self, root: Path, block: int, net: NetFaults | None, rate: float) -> None:
+        self.root, self.block, self.net, self.rate = root, block, net, rate
         self.clusters = 0
         self.cluster: Cluster | None = None
 
@@ -81,7 +81,7 @@ class Runner:
     def round(self, topic: str, kinds: list[str]) -> RoundReport:
         cluster = self.get()
         try:
-            report = run_round(cluster, topic, kinds, self.net)
+            report = run_round(cluster, topic, kinds, self.net, rate=self.rate)
         except Exception as exc:  # the round could not even be checked
             report = RoundReport(topic, kinds, problems=[f"{type(exc).__name__}: {exc}"])
             report.logs = cluster.log_counts()
@@ -117,8 +117,9 @@ def per_kind(reports: list[RoundReport]) -> dict[str, dict[str, Any]]:
             row["isr_full"] += [f.notes["isr_full_s"] for f in mine if "isr_full_s" in f.notes]
             for f in mine:
                 if f.failover_s is not None:
-                    row["failover_controller" if f.controller else "failover"].append(
-                        f.failover_s)
+                    row["failover"].append(f.failover_s)
+                    if f.controller:
+                        row["failover_controller"].append(f.failover_s)
             v = r.verdict
             row["lost"] += len(v.lost)
             row["duplicated"] += len(v.duplicated)
@@ -174,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"mixed: the fault kinds, comma-separated ({','.join(KINDS)})")
     ap.add_argument("--hog", action="store_true", help="busy-loop every core meanwhile")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rate", type=float, default=RATE,
+                    help=f"records per second over the 3 partitions ({RATE:g})")
     ap.add_argument("--block", type=int, default=None,
                     help="loopback block 127.0.B.x (default $EDDY_CHAOS_BLOCK or 250)")
     ap.add_argument("--keep", action="store_true", help="keep the nodes' data and logs")
@@ -193,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         net = stack.enter_context(maybe_net(block))
         stack.enter_context(Hog(a.hog))
-        runner = Runner(root, block, net)
+        runner = Runner(root, block, net, a.rate)
         stack.callback(runner.drop)
         if a.scenario == "mixed":
             reports = mixed(runner, a.minutes, kinds, a.seed)

@@ -152,6 +152,9 @@ class Writer:
             j.fatal.append(f"{left} records still in flight 120 s after the last was sent")
 
 
+PAUSE_S = 0.05  # between two transactions
+
+
 @dataclass(frozen=True, slots=True)
 class Txn:
     """One transaction's values and what the producer was told: committed, aborted, or
@@ -232,6 +235,7 @@ class TxnWriter:
                 else:
                     p = None  # a new producer with the same id fences this one
             self.txns.append(Txn(values, outcome))
+            time.sleep(PAUSE_S)
 
 
 def watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
