@@ -60,9 +60,15 @@ RAFT_HANDOVER_S = 1.0
 
 
 def controller_config(config: ClusterNode) -> ControllerConfig:
+    """The controller's settings from the node's: a gap of two heartbeat intervals between
+    its runs is a stall of this process (the controller runs every interval), and this
+    node's own broker, when it is one, is never fenced by the controller running beside it
+    (see ``ControllerConfig``)."""
     return ControllerConfig(
         heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
         session_timeout_ms=config.broker_session_timeout_ms,
+        stall_after_ms=2 * config.broker_heartbeat_interval_ms,
+        local_broker=config.node_id if "broker" in config.roles else -1,
         probe_after_ms=config.broker_liveness_probe_ms,
         default_partitions=config.num_partitions,
         default_replication_factor=config.default_replication_factor,

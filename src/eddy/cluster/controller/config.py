@@ -51,6 +51,15 @@ class ControllerConfig:
     heartbeat_interval_ms: int = 250  # broker.heartbeat.interval.ms
     session_timeout_ms: int = 1500  # broker.session.timeout.ms
     suspect_grace_ms: int = 500
+    #: the controller not run for longer than this (a stall of its process: CPU starvation,
+    #: a long step of its event loop, SIGSTOP, a clock jump) does not count against the
+    #: brokers' sessions: each is extended by the gap, so brokers heartbeat again before any
+    #: is fenced. It runs at least every heartbeat interval (0: twice that)
+    stall_after_ms: int = 0
+    #: the broker of this controller's own process (-1: none): its heartbeats are local
+    #: calls, so its silence is this process's stall, never a broker failure: it is never
+    #: fenced for an expired session (nor probed)
+    local_broker: int = -1
     #: a broker silent this long (a heartbeat late) has its Kafka listener probed; nothing
     #: listening there (connection refused: the process died) fences it at once (0: off)
     probe_after_ms: int = 300
@@ -76,7 +85,7 @@ class ControllerConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, bool):
+            if isinstance(value, bool) or f.name == "local_broker":
                 continue
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{f.name} must be a non-negative integer, got {value!r}")
@@ -92,8 +101,20 @@ class ControllerConfig:
                 f"session_timeout_ms ({self.session_timeout_ms}) must be above "
                 f"heartbeat_interval_ms ({self.heartbeat_interval_ms})"
             )
+        if 0 < self.stall_after_ms <= self.heartbeat_interval_ms:
+            raise ValueError(
+                f"stall_after_ms ({self.stall_after_ms}) must be above heartbeat_interval_ms "
+                f"({self.heartbeat_interval_ms}): the controller runs that often"
+            )
+        if not isinstance(self.local_broker, int) or self.local_broker < -1:
+            raise ValueError(f"local_broker must be a node id or -1, got {self.local_broker!r}")
         if self.leader_imbalance_per_broker_percentage > 100:
             raise ValueError("leader_imbalance_per_broker_percentage must be 0 to 100")
+
+    @property
+    def stall_limit_ms(self) -> int:
+        """The longest gap between two runs of the controller that is not a stall."""
+        return self.stall_after_ms or 2 * self.heartbeat_interval_ms
 
     @staticmethod
     def from_properties(props: Mapping[str, str]) -> ControllerConfig:

@@ -13,6 +13,12 @@ the commands in the order given (a fence goes before the elections that depend o
 A command is not produced again while the same one is in flight (``command_retry_ms``),
 unless the state moved on; a command dropped by Raft is produced again by the periodic
 partition reconcile.
+
+Stall-aware: every call that takes ``now_ms`` notes that the controller runs then. A gap
+since the previous one above ``stall_limit_ms`` was a stall of this process (starved of
+CPU, stopped, its clock jumped), not the brokers' silence: their sessions get the gap back
+(``BrokerSessions.pause``) before anything else looks at them, so a heartbeat that waited
+meanwhile is heard before any broker is fenced.
 """
 
 from __future__ import annotations
@@ -71,7 +77,8 @@ class Controller:
         self.state = state
         self.config = config
         self.ring = ring
-        self.sessions = BrokerSessions(config.session_timeout_ms, config.probe_after_ms)
+        self.sessions = BrokerSessions(config.session_timeout_ms, config.probe_after_ms,
+                                       local=config.local_broker)
         self.schedule = TaskSchedule()
         self.gc = StorageGc(config.storage_gc_grace_ms)
         self.failures: deque[tuple[str, str]] = deque(maxlen=MAX_FAILURES)
@@ -85,6 +92,11 @@ class Controller:
         self._stopping: dict[int, int] = {}
         #: those of them a probe found gone (not asked): a heartbeat brings them back
         self._gone: dict[int, int] = {}
+        #: the last time this controller ran (a call with ``now_ms``)
+        self._ran = 0
+        #: stalls seen (gaps above the limit) and the last one's length, in ms (for logs)
+        self.stalls = 0
+        self.last_stall_ms = 0
         self.active = False
         builtin = [
             (PARTITION_RECONCILE, config.partition_reconcile_interval_ms),
@@ -103,6 +115,7 @@ class Controller:
         of one session timeout), ``suspects`` (the previous leader) a short one."""
         self.sessions.start(self.state, now_ms, suspects, self.config.suspect_grace_ms)
         self.schedule.restart(now_ms)
+        self._ran = now_ms
         self._pending.clear()
         self._gc_orders.clear()
         self._last_live = None
@@ -116,15 +129,26 @@ class Controller:
         self._pending.clear()
         self._gc_orders.clear()
 
-    def _require_active(self) -> None:
+    def _require_active(self, now_ms: int | None = None) -> None:
+        """Refuse unless active; with ``now_ms``, note that the controller runs then."""
         if not self.active:
             raise ControllerError(ErrorCode.not_controller, "this node is not the controller")
+        if now_ms is not None:
+            self._runs(now_ms)
+
+    def _runs(self, now_ms: int) -> None:
+        gap = now_ms - self._ran
+        if gap > self.config.stall_limit_ms:
+            self.sessions.pause(self._ran, gap)
+            self.stalls += 1
+            self.last_stall_ms = gap
+        self._ran = max(self._ran, now_ms)
 
     # -- broker sessions ---------------------------------------------------------------------
     def _heard_from(self, node_id: int, epoch: int, now_ms: int) -> BrokerRecord:
         """``node_id`` in ``epoch`` spoke (a heartbeat): its session is renewed; a broker
         not registered, or in another epoch, is refused."""
-        self._require_active()
+        self._require_active(now_ms)
         broker = self.state.broker(node_id)
         if broker is None:
             raise ControllerError(ErrorCode.broker_id_not_registered,
@@ -154,7 +178,7 @@ class Controller:
     def to_probe(self, now_ms: int) -> list[BrokerRecord]:
         """Brokers silent long enough that the driver should try their Kafka listener (see
         ``BrokerSessions``); a refused connection goes to ``on_unreachable``."""
-        self._require_active()
+        self._require_active(now_ms)
         stopping = self.stopping()
         return [b for b in self.sessions.to_probe(self.state, now_ms)
                 if b.node_id not in stopping]
@@ -168,7 +192,7 @@ class Controller:
         answer that a partition moved and that its old broker is gone, drops the move along
         with the broker's handle and finds the new leader only at its next query, a second
         later; its leader queries come at most a second apart."""
-        self._require_active()
+        self._require_active(now_ms)
         broker = self.state.broker(node_id)
         if broker is None or broker.epoch != epoch or broker.fenced \
                 or self._stopping.get(node_id) == epoch:
@@ -184,7 +208,7 @@ class Controller:
     def tick(self, now_ms: int) -> list[MetadataCommand]:
         """Expire sessions (fence, then elect for what the fenced brokers led), then run the
         tasks that are due."""
-        self._require_active()
+        self._require_active(now_ms)
         for key in [k for k, t in self._pending.items()
                     if now_ms - t >= self.config.command_retry_ms]:
             del self._pending[key]
@@ -278,7 +302,7 @@ class Controller:
                       ) -> list[tuple[str, list[elections.ElectionOutcome]]]:
         """ElectLeaders: each partition's outcome (with the command to propose for it).
         Raises ``ControllerError`` INVALID_REQUEST for an unknown election type."""
-        self._require_active()
+        self._require_active(now_ms)
         if election_type not in (elections.PREFERRED, elections.UNCLEAN):
             raise ControllerError(ErrorCode.invalid_request,
                                   f"Unknown election type {election_type}")
@@ -319,7 +343,7 @@ class Controller:
         """Move leadership back to preferred leaders (live and in the ISR) of brokers whose
         imbalance is above ``leader_imbalance_per_broker_percentage`` (Kafka's
         auto.leader.rebalance; also run on its schedule when that is enabled)."""
-        self._require_active()
+        self._require_active(now_ms)
         live = self.sessions.live_set(self.state, now_ms)
         stopping = self.stopping()
         live = frozenset(n for n in live if self.state.is_live(n) and n not in stopping)
@@ -342,7 +366,7 @@ class Controller:
         """CreateTopics for one topic (``None`` or -1: the configured default). Raises
         ``ControllerError`` with Kafka's code (INVALID_REPLICATION_FACTOR when it is above
         the live brokers, TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS, INVALID_CONFIG...)."""
-        self._require_active()
+        self._require_active(now_ms)
         return plan_create_topic(
             self.state, self.ring, self.placement_nodes(now_ms), name, partitions,
             replication_factor, configs or {},
@@ -351,7 +375,7 @@ class Controller:
         )
 
     def create_partitions(self, name: str, total: int, now_ms: int) -> CreatePartitions:
-        self._require_active()
+        self._require_active(now_ms)
         return plan_create_partitions(self.state, self.ring, self.placement_nodes(now_ms),
                                       name, total)
 

@@ -13,6 +13,13 @@ silent; the driver connects, and a refused connection (nothing listens there: th
 died) moves the broker's leaderships at once (``Controller.on_unreachable``) instead of a
 session timeout later. A probe that connects, or times out (a network partition drops
 packets), changes nothing.
+
+Stalls: sessions count the controller's running time, not the wall clock's. When the
+controller was not run for a while (its process stalled), ``pause`` moves every live
+session's deadline (and probe times) on by that gap, so no broker is fenced for time during
+which the controller could not hear it; brokers heartbeat again first. The ``local`` broker
+(the one in the controller's own process) never expires: its silence can only be a stall of
+that process.
 """
 
 from __future__ import annotations
@@ -38,10 +45,11 @@ class _Session:
 
 class BrokerSessions:
     def __init__(self, session_timeout_ms: int, probe_after_ms: int = 0,
-                 probe_every_ms: int = 100) -> None:
+                 probe_every_ms: int = 100, local: int = -1) -> None:
         self.session_timeout_ms = session_timeout_ms
         self.probe_after_ms = probe_after_ms
         self.probe_every_ms = probe_every_ms
+        self.local = local
         self._sessions: dict[int, _Session] = {}
 
     def start(self, state: MetadataState, now_ms: int, suspects: Iterable[int] = (),
@@ -96,7 +104,7 @@ class BrokerSessions:
                 session = _Session(broker.epoch, now_ms + self.session_timeout_ms, False,
                                    now_ms)
                 self._sessions[broker.node_id] = session
-            if now_ms >= session.deadline_ms:
+            if now_ms >= session.deadline_ms and broker.node_id != self.local:
                 continue
             if session.heard or not broker.fenced:
                 live.append(broker.node_id)
@@ -105,8 +113,18 @@ class BrokerSessions:
     def next_expiry(self, now_ms: int) -> int | None:
         """The earliest deadline after ``now_ms`` (a driver may tick then; a session that
         ended already, such as a dead broker's, wakes nobody again)."""
-        return min((s.deadline_ms for s in self._sessions.values() if s.deadline_ms > now_ms),
-                   default=None)
+        return min((s.deadline_ms for n, s in self._sessions.items()
+                    if s.deadline_ms > now_ms and n != self.local), default=None)
+
+    def pause(self, since_ms: int, gap_ms: int) -> None:
+        """The controller did not run from ``since_ms`` for ``gap_ms``: the sessions alive
+        at ``since_ms`` get that time back (deadlines and probe times move on by it)."""
+        for session in self._sessions.values():
+            if session.deadline_ms > since_ms:
+                session.deadline_ms += gap_ms
+                session.heard_ms += gap_ms
+                if session.probed_ms is not None:
+                    session.probed_ms += gap_ms
 
     def _probe_due_ms(self, session: _Session) -> int:
         due = session.heard_ms + self.probe_after_ms
@@ -120,7 +138,8 @@ class BrokerSessions:
         out = []
         for broker in state.all_brokers():
             session = self._sessions.get(broker.node_id)
-            if not broker.fenced and session is not None and session.epoch == broker.epoch:
+            if not broker.fenced and session is not None and session.epoch == broker.epoch \
+                    and broker.node_id != self.local:
                 out.append((broker, session))
         return out
 

@@ -143,6 +143,7 @@ class ControllerService:
         self._wake = asyncio.Event()
         self._adding: asyncio.Future[None] | None = None
         self._probing: dict[int, asyncio.Task[None]] = {}
+        self._stalls_logged = 0
         #: who leads the offsets group (heartbeat replies tell brokers outside it)
         self.offsets_leader: Callable[[], int] = lambda: -1
         #: where ImportOffsetsRequest goes (the node's offsets group, when it runs one)
@@ -221,6 +222,11 @@ class ControllerService:
             try:
                 now = self.clock.now_ms()
                 commands = self.controller.tick(now)
+                if self.controller.stalls != self._stalls_logged:
+                    self._stalls_logged = self.controller.stalls
+                    log.info("the controller did not run for %d ms (this process stalled): "
+                             "broker sessions get that time back",
+                             self.controller.last_stall_ms)
                 self._start_probes(now)
                 for node_id, ids in self.controller.take_gc_orders().items():
                     self._gc_orders[node_id] = tuple(ids)
