@@ -39,7 +39,7 @@ from eddy.cluster.offsets import OFFSETS_GROUP, OffsetsMachine, encode_entry
 from eddy.cluster.raft.admin import ClusterRaftAdmin
 from eddy.cluster.raft.driver import RaftDriver, RaftStatus, WriteTimeout
 from eddy.cluster.raft.handover import hand_over_raft
-from eddy.cluster.raft.ready import ProposalDropped
+from eddy.cluster.raft.ready import ProposalDropped, RaftConfig
 from eddy.cluster.raft.transport import MeshRaftTransport
 from eddy.cluster.settings import ClusterNode
 from eddy.mesh.frames import TAG_CONTROLLER
@@ -57,6 +57,11 @@ REGISTRATION_WAIT_S = 10.0
 SHUTDOWN_APPLY_WAIT_S = 1.0
 #: how long a stopping node waits for the Raft groups it leads to move to another voter
 RAFT_HANDOVER_S = 1.0
+
+
+def raft_config(config: ClusterNode) -> RaftConfig:
+    return RaftConfig(heartbeat_ms=config.raft_heartbeat_interval_ms,
+                      election_timeout_ms=config.raft_election_timeout_ms)
 
 
 def controller_config(config: ClusterNode) -> ControllerConfig:
@@ -89,7 +94,10 @@ class ClusterService:
         for node_id, addr in self.voters.items():
             if node_id != self.node_id:
                 self.transport.set_voter_address(node_id, addr)
-        self.multi = MultiRaft(self.node_id, config.data_dir, self.transport, clock=clock)
+        # Raft's own clock is monotonic: a step of the wall clock neither starts an
+        # election nor holds one back
+        self.multi = MultiRaft(self.node_id, config.data_dir, self.transport,
+                               config=raft_config(config))
         self.metadata: RaftDriver | None = None
         #: the offsets group (voters only): consumer groups and committed offsets
         self.offsets: RaftDriver | None = None
