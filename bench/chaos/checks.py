@@ -93,8 +93,8 @@ def check(journal: Journal, reads: Sequence[Sequence[Read]], txns: Sequence[Txn]
         if not places:
             v.lost.append(f"{value!r} acknowledged at {a.partition}:{a.offset}")
         elif a.offset < 0:
-            v.misplaced.append(f"{value!r} acknowledged with no offset (read at "
-                               f"{sorted(places)})")
+            v.misplaced.append(f"{value!r} acknowledged with no offset ({a.offset}; read "
+                               f"at {sorted(places)})")
         elif (a.partition, a.offset) not in places:
             v.misplaced.append(f"{value!r} acknowledged at {a.partition}:{a.offset}, read at "
                                f"{sorted(places)}")
