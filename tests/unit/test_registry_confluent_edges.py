@@ -17,6 +17,24 @@ from test_registry_api import V1_SCHEMA, V2_SCHEMA, Api, run
 BAD = json.dumps({"type": "record", "name": "R", "fields": [{"name": "c", "type": "string"}]})
 
 
+# -- Java's default Accept header ----------------------------------------------------------------
+
+JAVA_ACCEPT = "text/html, image/gif, image/jpeg, *; q=.2, */*; q=.2"
+
+
+def test_javas_default_accept_header_is_served_json() -> None:
+    # what HttpURLConnection sends when the caller sets none; Jersey reads its "*" as "*/*"
+    async def scenario(api: Api) -> None:
+        await api.register("s", V1_SCHEMA)
+        for path in ("/subjects", "/subjects/s/versions/1", "/config", "/schemas/ids/1"):
+            reply = await api.call("GET", path, headers={"Accept": JAVA_ACCEPT})
+            assert reply.status == 200, (path, reply.text)
+            assert reply.content_type == "application/vnd.schemaregistry.v1+json"
+        assert (await api.call("GET", "/subjects", headers={"Accept": "*"})).status == 200
+
+    run(scenario)
+
+
 # -- subjects with braces ------------------------------------------------------------------------
 
 
