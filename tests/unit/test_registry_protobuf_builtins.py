@@ -129,3 +129,22 @@ def test_a_missing_reference_still_names_the_import() -> None:
     assert isinstance(err, RegistryError)
     assert (err.status, err.code) == (422, 42201)
     assert "missing reference 'google/type/nope.proto'" in err.message
+
+
+def test_confluent_meta_options_and_decimal_resolve() -> None:
+    # the annotations Confluent's data contracts use (tags, params) on its own Decimal
+    s = parse(P3 + """package app;
+import "confluent/meta.proto";
+import "confluent/type/decimal.proto";
+option (confluent.file_meta).doc = "file doc";
+message M {
+  option (confluent.message_meta) = { doc: "a message", tags: ["T"] };
+  string ssn = 1 [(confluent.field_meta).tags = "PII"];
+  confluent.type.Decimal price = 2 [(confluent.field_meta) = {
+    params: [{key: "precision", value: "8"}] }];
+}
+""")
+    assert '[(confluent.field_meta).tags = "PII"]' in s.canonical()
+    assert s.resolve("confluent.type.Decimal", "app.M") is not None
+    assert set(s.dependencies) >= {"confluent/meta.proto", "confluent/type/decimal.proto",
+                                   "google/protobuf/descriptor.proto"}
