@@ -267,6 +267,28 @@ def _well_known(path: str) -> ProtobufSchema:
     return loader.finish(model, fdp, path, loader.imports(model))
 
 
+def known_files(path: str) -> list[descriptor_pb2.FileDescriptorProto] | None:
+    """A file every schema may import without a reference (a well-known type or one of
+    Confluent's built-ins) as FileDescriptorProtos, after the known files it imports, each
+    once (the order a descriptor pool takes them in); None for any other path."""
+    if path not in WELL_KNOWN and path not in BUILTIN:
+        return None
+    out: list[descriptor_pb2.FileDescriptorProto] = []
+    seen: set[str] = set()
+
+    def add(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        found = _well_known(name)
+        for dep in found.descriptor.dependency:
+            add(dep)
+        out.append(found.descriptor)
+
+    add(path)
+    return out
+
+
 class _Loader:
     """Loads one schema and its imports, each import once, refusing cycles by name."""
 
