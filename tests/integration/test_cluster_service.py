@@ -230,6 +230,9 @@ def test_a_broker_outside_the_quorum_joins_as_a_learner_and_operators_move_leade
             assert moved.error is None and moved.leader == target
             await until(lambda: c.controller() is c.nodes[target], 10,
                         "the controller follows the leadership")
+            # clients are told of the same controller by every node, the learner too
+            await until(lambda: {n.named_controller() for n in c.nodes.values()} == {target},
+                        10, "every node names the new controller")
             leader_admin = ClusterRaftAdmin(c.nodes[target].multi)
             stranger = await leader_admin.change(RaftChangeRequest("metadata", "add-voter", 7))
             assert stranger.error is not None and "not a learner" in stranger.error

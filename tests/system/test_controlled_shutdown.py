@@ -40,6 +40,8 @@ def nodes(tmp: Path) -> dict[int, EddyProcess]:
         "--node-id", str(i), "--set", "process.roles=broker,controller",
         "--set", f"controller.quorum.voters={voters}",
         "--set", "broker.session.timeout.ms=10000",
+        # ElectLeaders is what moves leaders back here, not the automatic rebalance
+        "--set", "auto.leader.rebalance.enable=false",
         "--set", "mesh.ping.interval.ms=200"]) for i in IDS}
 
 

@@ -48,6 +48,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.metadata.v12.request import MetadataRequest
 from mesh_cluster import free_udp_port, wait_for
 
 from eddy.client.raw import RawClient
@@ -111,6 +112,15 @@ def controller_of(node: EddyProcess) -> int:
     except OSError:
         return -1
     return int(answer.controller_id) if answer.error_code == 0 else -1
+
+
+def metadata_controller(node: EddyProcess) -> int:
+    """The controller ``node``'s own Metadata answer names (asked of it alone: librdkafka's
+    list_topics may ask another broker)."""
+    with RawClient("127.0.0.1", node.port) as raw:
+        answer = raw.call(MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                                          include_topic_authorized_operations=False))
+    return int(answer.controller_id)
 
 
 def create(node: EddyProcess, name: str, partitions: int, rf: int, timeout: float = 15) -> None:
@@ -315,7 +325,10 @@ def check_quorum_and_cli(cluster: dict[int, EddyProcess]) -> None:
     assert leader in IDS
     assert sorted(v.replica_id for v in parts[0].current_voters) == list(IDS)
     assert [n.node_id for n in answers[0].nodes] == list(IDS)
-    assert controller_of(cluster[1]) == leader
+    # Metadata and DescribeCluster name the same live broker from every node: the
+    # controller (Kafka's admin clients send it CreateTopics and the like)
+    assert {controller_of(n) for n in cluster.values()} == {leader}
+    assert {metadata_controller(n) for n in cluster.values()} == {leader}
 
     status = eddy_cli("cluster", "status", "-b", cluster[2].bootstrap)
     assert status["controller"] == leader

@@ -75,9 +75,23 @@ def controller_config(config: ClusterNode) -> ControllerConfig:
         stall_after_ms=2 * config.broker_heartbeat_interval_ms,
         local_broker=config.node_id if "broker" in config.roles else -1,
         probe_after_ms=config.broker_liveness_probe_ms,
+        auto_leader_rebalance=config.auto_leader_rebalance_enable,
+        leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_seconds
+        * 1000,
+        leader_imbalance_per_broker_percentage=config.leader_imbalance_per_broker_percentage,
         default_partitions=config.num_partitions,
         default_replication_factor=config.default_replication_factor,
     )
+
+
+def named_controller(state: MetadataState, leader: int) -> int:
+    """The controller Metadata and DescribeCluster name to clients: a live broker, the same
+    from every node (Kafka's admin clients send controller requests there; every broker
+    here takes them). The metadata group's ``leader`` when it is a live broker (it runs the
+    controller: no forwarding), else the lowest live broker; -1 when none is live."""
+    if leader > 0 and state.is_live(leader):
+        return leader
+    return min((b.node_id for b in state.live_brokers()), default=-1)
 
 
 class ClusterService:
@@ -142,6 +156,10 @@ class ClusterService:
     def controller_id(self) -> int:
         """The controller as this node knows it (-1: none known)."""
         return self._raft_leader() or self.client.hint or -1
+
+    def named_controller(self) -> int:
+        """The controller clients are told of (see ``named_controller``)."""
+        return named_controller(self.state, self._raft_leader())
 
     async def start(self, kafka_addr: str, hosted: Callable[[], Iterable[bytes]] | None = None,
                     on_delete: Callable[[list[bytes]], None] | None = None) -> None:

@@ -76,6 +76,22 @@ class ClusterSettings(BaseModel):
         "the controller; a refused connection (the process is gone) fences it at once "
         "instead of after broker.session.timeout.ms; 0: off",
     )
+    auto_leader_rebalance_enable: bool = Field(
+        True, alias="auto.leader.rebalance.enable",
+        description="the controller moves leadership back to each partition's preferred "
+        "replica (the first one) when it is alive and in the ISR and its broker leads too "
+        "few of the partitions it prefers (leader.imbalance.per.broker.percentage)",
+    )
+    leader_imbalance_check_interval_seconds: int = Field(
+        300, ge=1, alias="leader.imbalance.check.interval.seconds",
+        description="how often the controller checks for leaders to move back (the first "
+        "check comes within 60 s of a controller taking over or a broker coming back)",
+    )
+    leader_imbalance_per_broker_percentage: int = Field(
+        10, ge=0, le=100, alias="leader.imbalance.per.broker.percentage",
+        description="a broker's partitions led elsewhere, in percent of those it is the "
+        "preferred leader of, above which their leadership moves back to it",
+    )
     replica_lag_time_max_ms: int = Field(
         10000, ge=1, alias="replica.lag.time.max.ms",
         description="a follower not caught up for this long leaves the ISR",
@@ -157,3 +173,12 @@ class ClusterNode(NodeIdentity, Protocol):
 
     @property
     def broker_liveness_probe_ms(self) -> int: ...
+
+    @property
+    def auto_leader_rebalance_enable(self) -> bool: ...
+
+    @property
+    def leader_imbalance_check_interval_seconds(self) -> int: ...
+
+    @property
+    def leader_imbalance_per_broker_percentage(self) -> int: ...

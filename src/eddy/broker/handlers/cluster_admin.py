@@ -216,5 +216,5 @@ def describe_cluster(broker: Broker, req: Request, mod: Any, authorized_operatio
         message = "this node has not caught up with the cluster's metadata yet; retry"
     return build(mod.DescribeClusterResponse, throttle_time=_NO_TIME, error_code=code,
                  error_message=message, endpoint_type=endpoint_type, cluster_id=cluster_id,
-                 controller_id=cluster.controller_id if endpoint_type == 1 else -1,
+                 controller_id=cluster.named_controller() if endpoint_type == 1 else -1,
                  brokers=brokers, cluster_authorized_operations=authorized_operations)

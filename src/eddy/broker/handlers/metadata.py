@@ -223,7 +223,8 @@ async def handle(broker: Broker, req: Request) -> Any:
         throttle_time=datetime.timedelta(0),
         brokers=brokers,
         cluster_id=view.cluster_id(),
-        controller_id=broker.node_id,
+        controller_id=broker.node_id if broker.cluster is None
+        else broker.cluster.named_controller(),
         topics=tuple(e for e, _ in found),
         cluster_authorized_operations=cluster_ops,
     )

@@ -67,6 +67,9 @@ class ControllerConfig:
     auto_leader_rebalance: bool = True  # auto.leader.rebalance.enable
     leader_imbalance_check_interval_ms: int = 300_000  # leader.imbalance.check.interval.seconds
     leader_imbalance_per_broker_percentage: int = 10  # leader.imbalance.per.broker.percentage
+    #: the leader check also runs this soon after this controller starts and after a broker
+    #: comes back (a rolling restart's leaders return within a minute, not five)
+    leader_rebalance_soon_ms: int = 60_000
     default_partitions: int = 1  # num.partitions
     default_replication_factor: int = 1  # default.replication.factor
     producer_id_block_size: int = 1000  # Kafka's block size

@@ -115,6 +115,7 @@ class Controller:
         of one session timeout), ``suspects`` (the previous leader) a short one."""
         self.sessions.start(self.state, now_ms, suspects, self.config.suspect_grace_ms)
         self.schedule.restart(now_ms)
+        self.schedule.due_by(LEADER_REBALANCE, now_ms + self.config.leader_rebalance_soon_ms)
         self._ran = now_ms
         self._pending.clear()
         self._gc_orders.clear()
@@ -249,6 +250,9 @@ class Controller:
                            now_ms)
             elif not broker.fenced and broker.node_id not in live:
                 self._emit(out, fence_key, FenceBroker(broker.node_id, broker.epoch), now_ms)
+        if self._last_live is not None and live - self._last_live:
+            # a broker is back: the leaders it prefers may return once it is in their ISRs
+            self.schedule.due_by(LEADER_REBALANCE, now_ms + self.config.leader_rebalance_soon_ms)
         if rescan or live != self._last_live or stopping != self._last_stopping:
             for change in leaders.reconcile(self.state, live, self._unclean, stopping):
                 self._emit_partition(out, change, now_ms)

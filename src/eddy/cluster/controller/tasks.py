@@ -51,6 +51,12 @@ class TaskSchedule:
         for task in self._tasks.values():
             task.next_ms = now_ms + task.interval_ms
 
+    def due_by(self, name: str, at_ms: int) -> None:
+        """Make ``name`` due at ``at_ms`` at the latest (no task of that name: nothing)."""
+        task = self._tasks.get(name)
+        if task is not None:
+            task.next_ms = min(task.next_ms, at_ms)
+
     def run_now(self, name: str, now_ms: int) -> None:
         """Make ``name`` due at ``now_ms`` (its next ``due`` call names it)."""
         self._tasks[name].next_ms = now_ms
