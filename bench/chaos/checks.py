@@ -95,7 +95,8 @@ def check(journal: Journal, reads: Sequence[Sequence[Read]], txns: Sequence[Txn]
                           f"{journal.clock(a.sent)}, acknowledged {journal.clock(a.acked)})")
         elif a.offset < 0:
             v.misplaced.append(f"{value!r} acknowledged with no offset ({a.offset}; read "
-                               f"at {sorted(places)})")
+                               f"at {sorted(places)}; sent {journal.clock(a.sent)}, "
+                               f"acknowledged {journal.clock(a.acked)})")
         elif (a.partition, a.offset) not in places:
             v.misplaced.append(f"{value!r} acknowledged at {a.partition}:{a.offset}, read at "
                                f"{sorted(places)}")
