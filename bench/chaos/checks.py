@@ -91,10 +91,12 @@ def check(journal: Journal, reads: Sequence[Sequence[Read]], txns: Sequence[Txn]
         value = journal.value(a.seq)
         places = where.get(value)
         if not places:
-            v.lost.append(f"{value!r} acknowledged at {a.partition}:{a.offset}")
+            v.lost.append(f"{value!r} acknowledged at {a.partition}:{a.offset} (sent "
+                          f"{journal.clock(a.sent)}, acknowledged {journal.clock(a.acked)})")
         elif a.offset < 0:
             v.misplaced.append(f"{value!r} acknowledged with no offset ({a.offset}; read "
-                               f"at {sorted(places)})")
+                               f"at {sorted(places)}; sent {journal.clock(a.sent)}, "
+                               f"acknowledged {journal.clock(a.acked)})")
         elif (a.partition, a.offset) not in places:
             v.misplaced.append(f"{value!r} acknowledged at {a.partition}:{a.offset}, read at "
                                f"{sorted(places)}")

@@ -36,6 +36,7 @@ class FaultReport:
     kind: str
     nodes: tuple[int, ...]
     controller: bool
+    began: str  # wall-clock time of day, as the nodes' logs name it
     unavailable_s: dict[int, float]
     failover_s: float | None
     notes: dict[str, float]
@@ -76,7 +77,8 @@ class RoundReport:
             gaps = ", ".join(f"{p}: {s:.2f}" for p, s in sorted(f.unavailable_s.items()))
             fo = "" if f.failover_s is None else f", failover {f.failover_s:.2f} s"
             notes = ", ".join(f"{k} {v:.1f}" for k, v in f.notes.items())
-            lines.append(f"  {f.kind} {f.nodes}{' (controller)' if f.controller else ''}: "
+            lines.append(f"  {f.kind} {f.nodes}{' (controller)' if f.controller else ''} at "
+                         f"{f.began}: "
                          f"longest gap per partition (s) {{{gaps}}}{fo}; {notes}")
         gaps = ", ".join(f"{p}: {s:.2f}" for p, s in sorted(self.between_s.items()))
         lines.append(f"  between faults, longest gap per partition (s) {{{gaps}}}")
@@ -92,6 +94,7 @@ class RoundReport:
                 "acked": self.verdict.acked, "read": self.verdict.read,
                 "between_s": self.between_s,
                 "faults": [{"kind": f.kind, "nodes": f.nodes, "controller": f.controller,
+                            "began": f.began,
                             "unavailable_s": f.unavailable_s, "failover_s": f.failover_s,
                             "notes": f.notes} for f in self.faults]}
 
@@ -101,7 +104,8 @@ def fault_report(journal: Journal, w: Window) -> FaultReport:
     if w.kind in ("kill", "txn", "controller") and w.led:
         times = [failover_time(journal, p, w.start) for p in w.led]
         failover = max((t for t in times if t is not None), default=None)
-    return FaultReport(w.kind, w.nodes, w.controller, unavailability(journal, w.start, w.end),
+    return FaultReport(w.kind, w.nodes, w.controller, journal.clock(w.start),
+                       unavailability(journal, w.start, w.end),
                        failover, {k: round(v, 3) for k, v in w.notes.items()})
 
 
@@ -150,6 +154,8 @@ def run_round(cluster: Cluster, topic: str, kinds: Sequence[str], net: NetFaults
                     client.stop()
                 except AssertionError as exc:
                     report.problems.append(str(exc))
+        if writer.crashed:
+            report.problems.append(writer.crashed)
     try:
         cluster.wait_settled(topic, 60)
     except AssertionError as exc:

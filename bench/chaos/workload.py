@@ -58,6 +58,8 @@ class Journal:
     failed: dict[int, str] = field(default_factory=dict)  # seq -> error name
     fatal: list[str] = field(default_factory=list)
     producers: int = 0
+    #: wall-clock time minus monotonic time (to name moments as the nodes' logs do)
+    wall: float = field(default_factory=lambda: time.time() - time.monotonic())
 
     def value(self, seq: int) -> bytes:
         return f"{self.tag}-{seq}".encode()
@@ -69,6 +71,11 @@ class Journal:
 
     def errors(self) -> dict[str, int]:
         return dict(Counter(self.failed.values()))
+
+    def clock(self, t: float) -> str:
+        """Monotonic time `t` as the wall-clock time of day (UTC, milliseconds)."""
+        return time.strftime("%H:%M:%S", time.gmtime(t + self.wall)) + \
+            f".{int((t + self.wall) % 1 * 1000):03d}"
 
 
 def producer_conf(bootstrap: str) -> dict[str, Any]:
@@ -86,7 +93,10 @@ class Writer:
         self.journal = Journal(tag, partitions)
         self._stop = threading.Event()
         self._fatal = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"writer-{tag}")
+        self.unknown = 0  # delivery reports of no record of ours
+        self.crashed: str | None = None  # what ended the writer's thread early
+        self._thread = threading.Thread(target=self._guarded, daemon=True,
+                                        name=f"writer-{tag}")
 
     def start(self) -> Writer:
         self._thread.start()
@@ -103,13 +113,18 @@ class Writer:
         return dict(Counter(a.partition for a in self.journal.acks))
 
     def on_error(self, err: KafkaError) -> None:
-        if err.fatal():
-            self.journal.fatal.append(f"{err.name()}: {err.str()}")
+        """error_cb (also called for a produce() that raised): a fatal error comes as the
+        code _FATAL or with its fatal flag set; the producer is dead from then on."""
+        if err.fatal() or err.code() == KafkaError._FATAL:
+            self.journal.fatal.append(
+                f"{err.name()}: {err.str()} (at {self.journal.clock(time.monotonic())})")
             self._fatal.set()
 
     def on_delivery(self, err: KafkaError | None, msg: Any) -> None:
-        seq = self.journal.seq_of(msg.value())
+        value = msg.value()
+        seq = None if value is None else self.journal.seq_of(value)
         if seq is None:
+            self.unknown += 1
             return
         if err is None:
             offset = msg.offset()
@@ -117,10 +132,18 @@ class Writer:
                                          self.journal.sent[seq], time.monotonic()))
         else:
             self.journal.failed[seq] = err.name()
+            if err.code() == KafkaError._FATAL and not self._fatal.is_set():
+                self.on_error(err)  # (in case error_cb has not told yet)
 
     def _producer(self) -> Producer:
         self.journal.producers += 1
         return Producer({**producer_conf(self.bootstrap), "error_cb": self.on_error})
+
+    def _guarded(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:
+            self.crashed = f"the writer's thread died: {type(exc).__name__}: {exc}"
 
     def _run(self) -> None:
         j = self.journal

@@ -97,7 +97,26 @@ def test_a_fatal_client_error_fails_the_check() -> None:
                                fatal=True))
     verdict = check(j, [reads])
     assert not verdict.ok
-    assert verdict.fatal == ["_INCONSISTENT: Unable to reconstruct MessageSet"]
+    (fatal,) = verdict.fatal
+    assert fatal.startswith("_INCONSISTENT: Unable to reconstruct MessageSet (at ")
+    # error_cb's form: the code _FATAL, no flag
+    writer.on_error(KafkaError(KafkaError._FATAL, "Fatal error: ..."))
+    assert len(check(j, [reads]).fatal) == 2
+
+
+class _Msg:
+    def __init__(self, value: bytes | None) -> None:
+        self._value = value
+
+    def value(self) -> bytes | None:
+        return self._value
+
+
+def test_a_delivery_report_of_no_record_of_ours_is_counted_not_fatal_to_the_writer() -> None:
+    writer = Writer("127.0.0.1:1", "t", 2, 1.0)
+    writer.on_delivery(KafkaError(KafkaError._FATAL, "purged"), _Msg(None))
+    writer.on_delivery(None, _Msg(b"other-1"))
+    assert writer.unknown == 2 and not writer.journal.acks
 
 
 def test_transactions_are_all_or_nothing_and_aborted_ones_invisible() -> None:
