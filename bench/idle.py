@@ -168,31 +168,38 @@ def workload(nodes: list[MeshNode]) -> dict[str, Any]:
     out["idempotent_left"] = producer.flush(60)
     txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": "idle-bench-txn"})
     txn.init_transactions(60)
-    for k in range(4):  # three commits and an abort, without offsets
-        txn.begin_transaction()
-        for i in range(10):
-            txn.produce(TOPIC, f"t{k}-{i}".encode(), partition=i % 3)
-        if k == 2:
-            txn.abort_transaction(60)
-        else:
-            txn.commit_transaction(60)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "idle-bench",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False,
                          "isolation.level": "read_committed"})
     consumer.subscribe([TOPIC])
-    seen, deadline = 0, time.perf_counter() + 60
-    while seen < 1030 and time.perf_counter() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and msg.error() is None:
-            seen += 1
-    out["consumed"] = seen
-    consumer.commit(asynchronous=False)
-    # and a transaction with offsets (consume-transform-produce)
+
+    def consume(upto: int, seen: int) -> int:
+        deadline = time.perf_counter() + 60
+        while seen < upto and time.perf_counter() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                seen += 1
+        return seen
+
+    seen = consume(1000, 0)
+    # a transaction with offsets (consume-transform-produce) ...
     txn.begin_transaction()
     txn.produce(TOPIC, b"with-offsets", partition=0)
     txn.send_offsets_to_transaction([TopicPartition(TOPIC, 0, 1)],
                                     consumer.consumer_group_metadata(), 60)
     txn.commit_transaction(60)
+    # ... then three commits and an abort without offsets: the id's last transaction has
+    # none (its completion alone says it is done)
+    for k in range(4):
+        txn.begin_transaction()
+        for i in range(10):
+            txn.produce(TOPIC, f"t{k}-{i}".encode(), partition=i % 3)
+        if k == 1:
+            txn.abort_transaction(60)
+        else:
+            txn.commit_transaction(60)
+    out["consumed"] = consume(1031, seen)
+    consumer.commit(asynchronous=False)
     consumer.close()
     txn.flush(10)
     del txn, producer, admin
@@ -215,8 +222,36 @@ def _profilers(nodes: list[MeshNode], profile_dir: Path | None, seconds: float
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for n in nodes]
 
 
+async def _move_offsets_leader(nodes: list[MeshNode]) -> bool:
+    """Hand the offsets group's leadership (the group and transaction coordinators) to
+    another node, as a leader change under churn would move it."""
+    from eddy.mesh.client import control_call
+    from eddy.mesh.control import RaftChangeRequest, RaftChangeResponse
+
+    _, leaders = await _raft_of(nodes[0])
+    leader = leaders.get("offsets", 0)
+    by_id = {n.node_id: n for n in nodes}
+    if leader not in by_id:
+        return False
+    target = next(i for i in sorted(by_id) if i != leader)
+    answer = await control_call(by_id[leader].mesh_addr,
+                                RaftChangeRequest("offsets", "transfer-leader", target), 10.0)
+    return isinstance(answer, RaftChangeResponse) and answer.error is None
+
+
+def _idle(nodes: list[MeshNode], seconds: float, moves: int) -> int:
+    """Sleep ``seconds``; with ``moves``, move the offsets group's leader that many times,
+    evenly spread. Returns the moves made."""
+    made = 0
+    for _ in range(moves):
+        time.sleep(seconds / (moves + 1))
+        made += asyncio.run(_move_offsets_leader(nodes))
+    time.sleep(seconds / (moves + 1) if moves else seconds)
+    return made
+
+
 def measure(nodes: list[MeshNode], minutes: float, settle_s: float, load: bool,
-            profile_dir: Path | None = None) -> dict[str, Any]:
+            profile_dir: Path | None = None, moves: int = 0) -> dict[str, Any]:
     res: dict[str, Any] = {"nodes": len(nodes)}
     start_all(nodes)
     _until(lambda: all(_brokers_seen(n) == len(nodes) for n in nodes), 60,
@@ -227,7 +262,7 @@ def measure(nodes: list[MeshNode], minutes: float, settle_s: float, load: bool,
     before = {n.name: snapshot(n) for n in nodes}
     lines_before = {n.name: len(_log_lines(n)) for n in nodes}
     profilers = _profilers(nodes, profile_dir, minutes * 60)
-    time.sleep(minutes * 60)
+    res["offsets_leader_moves"] = _idle(nodes, minutes * 60, moves if len(nodes) > 1 else 0)
     for spy in profilers:
         spy.wait(60)
     after = {n.name: snapshot(n) for n in nodes}
@@ -267,10 +302,11 @@ def measure(nodes: list[MeshNode], minutes: float, settle_s: float, load: bool,
 
 
 def run(root: str, count: int, minutes: float, settle_s: float, load: bool,
-        profile_dir: Path | None = None, logs_dir: Path | None = None) -> dict[str, Any]:
+        profile_dir: Path | None = None, logs_dir: Path | None = None, moves: int = 0
+        ) -> dict[str, Any]:
     nodes = make_nodes(root, count)
     try:
-        return measure(nodes, minutes, settle_s, load, profile_dir)
+        return measure(nodes, minutes, settle_s, load, profile_dir, moves)
     except Exception as exc:
         return {"nodes": count, "error": f"{type(exc).__name__}: {exc}",
                 "logs": {n.name: n.log_tail(15) for n in nodes}}
@@ -293,8 +329,10 @@ def print_table(results: list[dict[str, Any]]) -> None:
             for name, tail in r.get("logs", {}).items():
                 print(f"--- {name}\n{tail}")
             continue
-        print(f"{r['nodes']} node(s), idle for {r['idle_s']:.0f} s after a short workload: "
-              f"raft elections {r['raft_elections']}, partition elections "
+        moved = r.get("offsets_leader_moves", 0)
+        print(f"{r['nodes']} node(s), idle for {r['idle_s']:.0f} s after a short workload"
+              + (f" (offsets group leader moved {moved} times)" if moved else "")
+              + f": raft elections {r['raft_elections']}, partition elections "
               f"{r['partition_elections']}, bytes appended {r['appended_bytes']}")
         head = (f"{'node':<5} {'cpu %core':>9} {'rss MiB':>8} {'elections':>9} "
                 f"{'seg B':>7} {'raft B':>7} {'log lines':>9}  churn")
@@ -324,12 +362,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="py-spy every node over the idle period (raw profiles in DIR; "
                     "summarise with python -m bench.flame)")
     ap.add_argument("--logs", metavar="DIR", type=Path, help="keep the nodes' logs in DIR")
+    ap.add_argument("--move-offsets-leader", type=int, default=0, metavar="K",
+                    help="not idle: move the offsets group's leader K times meanwhile (what "
+                    "churn does); nothing may be appended for it")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.nodes.split(",") if x.strip()]
     root = tempfile.mkdtemp(prefix="eddy-idle-bench-")
     try:
         results = [run(root, n, args.minutes, args.settle, not args.no_load, args.profile,
-                       args.logs) for n in sizes]
+                       args.logs, args.move_offsets_leader) for n in sizes]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print_table(results)

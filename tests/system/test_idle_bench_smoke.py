@@ -33,7 +33,8 @@ def test_a_short_idle_run_reports_every_node_and_cleans_up(tmp_path: Path) -> No
     assert sizes == [1, 3]
     for r in doc["results"]:
         assert r["workload"]["idempotent_left"] == 0
-        assert r["workload"]["consumed"] == 1030  # 1000 + 3 committed transactions of 10
+        # 1000, a transaction of 1 and 3 committed ones of 10 (read_committed)
+        assert r["workload"]["consumed"] == 1031
         assert len(r["per_node"]) == r["nodes"]
         for p in r["per_node"]:
             assert p["cpu_pct"] >= 0 and p["rss_mib"] > 0
