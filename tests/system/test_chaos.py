@@ -23,7 +23,10 @@ from bench.chaos.net import Hog, net_faults
 from bench.chaos.rounds import run_round
 
 #: the fault kinds CI runs, on a quiet machine and then beside the hog: a few, for a short
-#: run (bench.chaos runs every kind, each quiet and under the hog)
+#: run (bench.chaos runs every kind, each quiet and under the hog). Left out until main
+#: passes them (issue 28): "rolling" (acknowledgements with offset -1 from the node
+#: shutting down) and "two-down" (acknowledged records lost, acknowledgements with offset
+#: -1, a follower that stops fetching); "txn" passes but adds ~15 s.
 QUIET = ["kill", "isolate"]
 HOGGED = ["pause", "controller"]
 
