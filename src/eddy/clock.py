@@ -15,6 +15,14 @@ class WallClock:
         return time.time_ns() // 1_000_000
 
 
+class MonotonicClock:
+    """Milliseconds that only move forward (any origin): for timeouts, which a step of the
+    wall clock must not fire or hold back."""
+
+    def now_ms(self) -> int:
+        return time.monotonic_ns() // 1_000_000
+
+
 class ManualClock:
     """A clock tests move by hand."""
 

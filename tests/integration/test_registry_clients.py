@@ -1,6 +1,7 @@
 """The schema registry served by a real `eddy serve`, used by confluent-kafka's own clients:
 SchemaRegistryClient, Avro / JSON Schema / Protobuf serializers and deserializers round-trip
-records through a topic; schema evolution under BACKWARD (a new field with a default
+records through a topic (a Protobuf message using google.type.Money, which no reference
+brings, included); schema evolution under BACKWARD (a new field with a default
 registers, an incompatible change is 409); a registry killed with SIGKILL and started again
 on the same data dir serves the same ids."""
 
@@ -20,6 +21,7 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, Proto
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
+from google.type import money_pb2  # googleapis-common-protos (confluent-kafka[protobuf])
 from kafka_helpers import consume_all, create_topic, produce
 
 _URL_LINE = re.compile(r"schema registry on (http://\S+)")
@@ -229,6 +231,59 @@ def test_protobuf_round_trip_with_an_import(registry: tuple[Any, SchemaRegistryC
     decoded = [deserialize(v, ctx) for v in read]
     assert decoded == people
     assert decoded[0].home.street == "1 Main St"
+
+
+def payment_class(with_tip: bool = False) -> type[Message]:
+    """eddytest.Payment, whose ``amount`` is a ``google.type.Money`` (a file Confluent resolves
+    without a reference), built at run time; ``with_tip`` adds a second Money field."""
+    payment = descriptor_pb2.FileDescriptorProto(
+        name="eddytest/payment.proto", package="eddytest", syntax="proto3",
+        dependency=["google/type/money.proto"])
+    msg = payment.message_type.add(name="Payment")
+    msg.field.add(name="id", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+                  label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    for name, number in [("amount", 2), *([("tip", 3)] if with_tip else [])]:
+        msg.field.add(name=name, number=number,
+                      type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
+                      type_name=".google.type.Money",
+                      label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(money_pb2.DESCRIPTOR.serialized_pb)
+    pool.Add(payment)
+    found: type[Message] = message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("eddytest.Payment"))
+    return found
+
+
+def test_protobuf_with_google_type_money_needs_no_reference(
+        registry: tuple[Any, SchemaRegistryClient]) -> None:
+    # issue 30: confluent-kafka skips google/type/* (its "known types") when it registers the
+    # references, so the registry must resolve google/type/money.proto itself, as Confluent's
+    proc, client = registry
+    topic = "payments-proto"
+    ctx = value_ctx(topic)
+    payment = payment_class()
+    serialize = ProtobufSerializer(payment, client, {"use.deprecated.format": False})
+    first = payment(id="p1")
+    first.amount.currency_code, first.amount.units, first.amount.nanos = "EUR", 12, 500_000_000
+    values = [serialize(first, ctx)]
+    assert client.get_subjects() == ["payments-proto-value"]
+    latest = client.get_latest_version("payments-proto-value")
+    assert latest.schema.references in (None, [])
+    assert 'import "google/type/money.proto";' in (latest.schema.schema_str or "")
+    # it evolves: a second Money field is BACKWARD compatible
+    with_tip = payment_class(with_tip=True)
+    second = with_tip(id="p2")
+    second.tip.currency_code, second.tip.units = "EUR", 1
+    values.append(ProtobufSerializer(with_tip, client, {"use.deprecated.format": False})(
+        second, ctx))
+    assert client.get_versions("payments-proto-value") == [1, 2]
+    read = round_trip(proc, topic, values)
+    deserialize = ProtobufDeserializer(with_tip, {"use.deprecated.format": False}, client)
+    decoded = [deserialize(v, ctx) for v in read]
+    assert (decoded[0].amount.currency_code, decoded[0].amount.units) == ("EUR", 12)
+    assert decoded[0].amount.nanos == 500_000_000
+    assert (decoded[1].id, decoded[1].tip.units) == ("p2", 1)
 
 
 # -- restart -----------------------------------------------------------------------------------

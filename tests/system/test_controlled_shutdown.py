@@ -7,6 +7,7 @@ The broker session timeout is set to 10 s, so nothing but the controlled shutdow
 done that by the time the process is gone (a crashed broker is fenced only when its session
 ends). While it is down, ElectLeaders PREFERRED for the partitions it prefers to lead answers
 PREFERRED_LEADER_NOT_AVAILABLE; once it is back in their ISRs, ElectLeaders moves them back.
+The last node stopping, alone in every ISR, asks no controller: it has nothing to move.
 """
 
 from __future__ import annotations
@@ -181,6 +182,19 @@ def test_sigterm_moves_leadership_first_and_elect_leaders_moves_it_back(
             assert controller not in after[p][3], (p, after[p])
             if p in led:
                 assert after[p][0] != controller and after[p][1] == epoch + 1
+
+        # the last two go: the last one leads everything alone, in no other broker's ISR,
+        # so its controlled shutdown has nothing to ask (the quorum left with the others)
+        for last, stopping in enumerate(others, 1 - len(others)):
+            proc = stopping.proc
+            assert proc is not None
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(15) == 0
+            stopping.proc = None
+            if last == 0:
+                log = stopping.logs()
+                assert "controlled shutdown: no partition to move" in log, log[-3000:]
+                assert "controlled shutdown refused" not in log, log[-3000:]
     finally:
         for n in cluster.values():
             n.kill()

@@ -1,9 +1,9 @@
 """The whole-cluster simulation (``eddy.sim.cluster``): a few hundred seeds of 3-
 and 5-node clusters (metadata and offsets Raft groups, controllers, group coordinators,
 brokers, clients) under message loss, duplication, reordering, partitions, crashes losing
-unsynced writes, power cuts and clock jumps. Every Raft, metadata and coordinator invariant
-is checked after each step, the cluster must settle once healed, and the key-value and
-offset commit/fetch histories must be linearizable. Deliberately broken variants
+unsynced writes, power cuts, clock jumps and pauses. Every Raft, metadata and coordinator
+invariant is checked after each step, the cluster must settle once healed, and the
+key-value and offset commit/fetch histories must be linearizable. Deliberately broken variants
 (subclasses using the simulation's hooks) show that the checks do fail; a directed run
 cuts the group coordinator off and checks it answers no stale OffsetFetch."""
 
@@ -133,14 +133,19 @@ class _Diverges(ClusterSim):
 
 
 class _StaleReads(ClusterSim):
-    """Reads served from whichever node gets them, without read-index."""
+    """Reads served without read-index, from the state of any live replica (the node
+    asked, or another: a follower, or a leader that lost its lead without knowing yet).
+    Clients follow the controller, so reads answered by the node asked alone were seldom
+    stale once stalls stopped starting elections; a replica picked at random often
+    lags."""
 
     def _on_rpc(self, msg: Rpc) -> None:
         node = self.nodes.get(msg.dst)
         if (not msg.reply and isinstance(msg.body, ReadRequest) and msg.dst < CLIENT_BASE
                 and node is not None and node.raft is not None
                 and (msg.src, msg.dst) not in self.blocked):
-            value = self.read_register(msg.dst, msg.body.key)
+            replica = self.rng.choice(self.up())
+            value = self.read_register(replica, msg.body.key)
             Responder(self, msg.dst, msg).answer(ReadReply(True, value=value))
             return
         super()._on_rpc(msg)

@@ -126,3 +126,28 @@ def test_raft_groups_go_to_the_most_caught_up_live_voter() -> None:
     assert metadata.asked == [3]  # 4 is further ahead but not live
     assert offsets.asked == [2]  # a tie: the lowest id
     assert follower.asked == [] and alone.asked == []
+
+
+def test_a_controlled_shutdown_has_nothing_to_move_once_no_other_replica_can_lead() -> None:
+    """The last nodes of a cluster stopping: what they lead has no other in-sync replica
+    that is still there, and they follow no live leader from inside an ISR. The
+    controller has nothing to do then (and may have left with the quorum: the last node
+    waited 5 s for it)."""
+    from types import SimpleNamespace
+
+    from eddy.cluster.shutdown import to_move
+
+    def part(leader: int, isr: tuple[int, ...]) -> Any:
+        return SimpleNamespace(leader=leader, isr=isr)
+
+    parts = [("a", 0, part(1, (1, 2, 3))), ("a", 1, part(2, (2, 1))), ("a", 2, part(1, (1,))),
+             ("b", 0, part(3, (3, 2))), ("b", 1, part(-1, (1,)))]
+    state = SimpleNamespace(partitions_of=lambda me: parts)
+    everyone = {1, 2, 3}
+    # all there: a-0 moves (2 or 3 can lead), a-1 (node 1 leaves 2's ISR); a-2 has nobody
+    # else in its ISR, node 1 is not in b-0's ISR, b-1 has no leader
+    assert to_move(state, 1, everyone.__contains__) == [("a", 0), ("a", 1)]  # type: ignore[arg-type]
+    # node 2 gone (stopped, not fenced yet): only a-0 can still move (to 3)
+    assert to_move(state, 1, {1, 3}.__contains__) == [("a", 0)]  # type: ignore[arg-type]
+    # the last one: nothing
+    assert to_move(state, 1, {1}.__contains__) == []  # type: ignore[arg-type]

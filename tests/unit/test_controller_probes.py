@@ -171,6 +171,30 @@ def test_raft_leader_watch_hints_only_groups_whose_silent_leader_is_gone() -> No
     assert first == [2] and again == [] and hinted == [2, 2] and other == []
 
 
+def test_raft_leader_watch_sleeps_until_a_leader_can_first_be_silent_enough() -> None:
+    """The watch looked at its groups every 50 ms, idle or not (issue 28: an idle node
+    busy with timers); it sleeps now until the first moment a leader heard here could have
+    been silent for the probe threshold: as soon as that, never later."""
+    now = [10_000]
+    metadata = FakeDriver("metadata", None)
+    offsets = FakeDriver("offsets", None)
+    watch = RaftLeaderWatch(1, lambda: [metadata, offsets], {2: "127.0.0.1:1"}.get, 300,
+                            lambda: now[0])
+    assert watch.next_check_s() == 0.3  # no leader heard: a leader found later is silent
+    # for 300 ms at the earliest
+    metadata.silence = (2, 100)  # heard 100 ms ago: silent enough 200 ms from now
+    offsets.silence = (1, 5_000)  # this node's own leadership: never probed
+    assert watch.next_check_s() == 0.2
+    offsets.silence = (3, 260)  # another leader, silent enough 40 ms from now: the floor
+    assert watch.next_check_s() == 0.05
+    offsets.silence = None
+    metadata.silence = (2, 400)  # silent already and never probed: look at once (floor)
+    assert watch.next_check_s() == 0.05
+    watch._probed[2] = now[0]  # probed just now, found listening: again in 100 ms
+    metadata.silence = (2, 400)
+    assert watch.next_check_s() == 0.1
+
+
 def test_a_broker_found_gone_that_heartbeats_again_leads_again() -> None:
     c = Cluster(probe_after_ms=300)
     c.apply([c.controller.create_topic("t", 3, 3, None, 0)])

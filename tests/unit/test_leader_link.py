@@ -141,3 +141,54 @@ def test_a_fetch_round_trip_over_a_real_socket() -> None:
     response = asyncio.run(main())
     part = response.responses[0].partitions[0]  # type: ignore[attr-defined]
     assert FETCH == 1 and int(part.high_watermark) == 11 and len(part.records) > 0
+
+
+def test_a_call_after_the_leader_hung_up_is_a_connection_error_under_uvloop() -> None:
+    """The node runs on uvloop, whose transports raise RuntimeError ("the handler is
+    closed") on a write after the connection closed: the link must say ConnectionError,
+    which the fetcher retries (a RuntimeError killed the fetch loop, issue 28)."""
+    import uvloop
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()  # hangs up at once
+
+    async def main() -> None:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        link = await LeaderLink.connect(f"127.0.0.1:{port}", "t", 1 << 20, 5.0)
+        request = fetch_req.FetchRequest(
+            replica_id=BrokerId(2), max_wait=datetime.timedelta(0), min_bytes=i32(1),
+            max_bytes=i32(1 << 20), topics=(), forgotten_topics_data=())
+        for _ in range(3):  # the first may still go out before the hang-up is seen
+            with pytest.raises(ConnectionError):
+                await link.call(request, 5.0)
+        await link.close()
+        server.close()
+        await server.wait_closed()
+
+    uvloop.run(main())
+
+
+def test_stopping_a_fetcher_whose_loop_died_retrieves_the_error(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """``Fetcher.stop`` on a loop that had ended in an exception logs it; it raised it
+    before, into a task nobody awaited ("Task exception was never retrieved")."""
+    from types import SimpleNamespace
+
+    from eddy.cluster.replication.fetcher import Fetcher
+
+    async def dies() -> None:
+        raise RuntimeError("the handler is closed")
+
+    async def main() -> None:
+        fetcher = Fetcher(SimpleNamespace(), 2)  # type: ignore[arg-type]
+        fetcher._task = asyncio.get_running_loop().create_task(dies())
+        await asyncio.sleep(0)
+        assert fetcher._task.done()
+        await fetcher.stop()  # no exception
+        assert fetcher._task is None
+
+    with caplog.at_level("WARNING", logger="eddy.cluster.replication.fetcher"):
+        asyncio.run(main())
+    assert "replicating from node 2 had stopped" in caplog.text
+    assert "the handler is closed" in caplog.text

@@ -236,3 +236,28 @@ def test_hostile_messages_raise_a_named_error(msg: object, field: str) -> None:
         n.receive(nid(1), msg, 0)  # type: ignore[arg-type]
     assert err.value.field == field
     assert n.take_outbox() == [] and not n.hv.active
+
+
+def test_a_peer_heard_from_since_the_last_round_is_not_pinged_until_it_falls_silent() -> None:
+    """Raft heartbeats and controller RPCs already prove a peer alive several times a second:
+    a peer heard from within the interval gets no PING that round (one still goes out every
+    fourth round, for peer exchange and view symmetry); once it falls silent the PINGs and
+    the count of unanswered ones start at the next round, and it is found dead as before."""
+    t = table(ping_interval_ms=100)
+    t.track(ref(1), 0)
+    sent = []
+    for now in range(0, 1000, 100):
+        t.heard_from(nid(1), now + 50)  # something from it between every two rounds
+        t.tick(now + 100)
+        sent.append(len(pings(t)))
+    assert sent == [0, 0, 0, 1, 0, 0, 0, 1, 0, 0]
+    assert t.take_events() == []
+    rounds = 0
+    now = 1100
+    while not t.take_events():  # silent from 950 on
+        t.tick(now)
+        sent.append(len(pings(t)))
+        now += 100
+        rounds += 1
+    assert rounds == 4  # 3 PINGs unanswered for a whole interval each, then dead
+    assert nid(1) not in t.tracked

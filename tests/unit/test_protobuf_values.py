@@ -147,3 +147,47 @@ def test_garbage_never_raises(payloads: list[bytes]) -> None:
 
 
 _DECODER = make_decoder()
+
+
+def payment_file() -> descriptor_pb2.FileDescriptorProto:
+    """A file that imports Confluent's built-in google/type/money.proto (no reference)."""
+    fdp = descriptor_pb2.FileDescriptorProto(name="payment.proto", package="shop",
+                                             syntax="proto3")
+    fdp.dependency.append("google/type/money.proto")
+    pay = fdp.message_type.add(name="Payment")
+    field(pay, "id", 1, FD.TYPE_INT32)
+    field(pay, "amount", 2, FD.TYPE_MESSAGE, ".google.type.Money")
+    return fdp
+
+
+def test_a_built_in_import_decodes_without_a_reference() -> None:
+    """google/type/*.proto are resolved as the registry resolves them (Confluent's
+    built-ins): the reader neither asks the registry for them nor refuses them."""
+    from eddy.connect.formats.protobuf_encoding import load_message_class
+    from eddy.formats.protobuf.schema import known_files
+
+    serialized = b64(payment_file())
+    registry = Registry({1: serialized})
+    dec = ProtobufDecoder(registry, RegisteredSchema(serialized, "PROTOBUF", id=1,
+                                                     subject="orders-value", version=1))
+    money = pa.struct([("currency_code", pa.string()), ("units", pa.int64()),
+                       ("nanos", pa.int32())])
+    assert dec.arrow_type == pa.struct([("id", pa.int32()), ("amount", money)])
+    pool = descriptor_pool.DescriptorPool()
+    for file in known_files("google/type/money.proto") or []:
+        pool.Add(file)
+    pool.Add(payment_file())
+    payment = message_class_in(pool, "shop.Payment")
+    value = payment(id=3)
+    value.amount.currency_code, value.amount.units, value.amount.nanos = "EUR", 12, 500_000_000
+    rows, errors = dec.decode([frame(1, b"\x00" + value.SerializeToString())])
+    assert errors == [None]
+    assert rows.to_pylist() == [{"id": 3, "amount": {"currency_code": "EUR", "units": 12,
+                                                     "nanos": 500_000_000}}]
+    # the sink side loads the same file into a message class it can write with
+    cls = load_message_class(serialized)
+    assert cls.FromString(value.SerializeToString()).amount.currency_code == "EUR"
+
+
+def message_class_in(pool: Any, name: str) -> Any:
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(name))

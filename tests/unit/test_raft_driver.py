@@ -60,9 +60,11 @@ async def until(check: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 class Cluster:
-    def __init__(self, tmp: Path, ids: tuple[int, ...] = (1, 2, 3), **driver_kw: int) -> None:
+    def __init__(self, tmp: Path, ids: tuple[int, ...] = (1, 2, 3),
+                 config: RaftConfig = CFG, **driver_kw: int) -> None:
         self.tmp = tmp
         self.ids = ids
+        self.config = config
         self.net = InMemoryRaftNetwork()
         self.kw: dict[str, Any] = dict(driver_kw)
         self.drivers: dict[int, RaftDriver] = {}
@@ -73,7 +75,7 @@ class Cluster:
         bootstrap(store, self.ids)
         sm = ListMachine()
         t = self.net.transport(i)
-        d = RaftDriver("test", i, store, t, CFG, sm, WallClock(), **self.kw)
+        d = RaftDriver("test", i, store, t, self.config, sm, WallClock(), **self.kw)
 
         def receive(src: int, data: bytes) -> None:
             msg = decode_inbound(src, data, i)
@@ -283,6 +285,39 @@ def test_slow_fsync_logs_a_warning_and_a_lone_voter_elects_itself(
                 assert await d.propose(b"slow") == 1
             assert any("slow write" in r.getMessage() for r in caplog.records)
             assert d.stats.slow_writes == 1
+        finally:
+            await c.stop_all()
+
+    asyncio.run(go())
+
+
+def test_a_leader_whose_fsync_takes_seconds_keeps_heartbeating(tmp_path: Path) -> None:
+    """Issue 28: while a Ready's writes wait on a slow disk, the leader's heartbeats still
+    go out, so its followers elect no one (their election timeout is far shorter than the
+    fsync); the write then commits in the same term."""
+    config = RaftConfig(group=7, heartbeat_ms=50, election_timeout_ms=400)
+
+    async def go() -> None:
+        c = Cluster(tmp_path, config=config)
+        await c.start_all()
+        try:
+            leader = await c.elect()
+            await leader.propose(b"before")
+            term = leader.status().term
+            assert isinstance(leader.store, RaftStorage)
+            real_sync = leader.store.sync
+
+            def slow_sync(with_commit: bool = False) -> None:
+                time.sleep(2.0)
+                real_sync(with_commit)
+
+            leader.store.sync = slow_sync  # type: ignore[method-assign]
+            beats = leader.stats.heartbeats_while_writing
+            assert await leader.propose(b"slow") == 2
+            leader.store.sync = real_sync  # type: ignore[method-assign]
+            assert leader.stats.heartbeats_while_writing > beats
+            assert leader.is_leader
+            assert [d.status().term for d in c.drivers.values()] == [term] * 3
         finally:
             await c.stop_all()
 

@@ -1,6 +1,7 @@
 """The deterministic simulation: a few hundred short seeds of 3- and 5-node groups under
 message loss, duplication, reordering, partitions, crashes (losing unsynced writes), clock
-jumps and whole-cluster restarts; every Raft safety property is checked after each step
+jumps, pauses (a node, the leader or every node stops running a while) and whole-cluster
+restarts; every Raft safety property is checked after each step
 and the key-value history must be linearizable."""
 
 from __future__ import annotations

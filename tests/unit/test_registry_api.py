@@ -253,8 +253,9 @@ def test_compatibility_checks_and_409() -> None:
         assert await api.register("s", V2_SCHEMA) == 2
         missing = await api.call("POST", "/compatibility/subjects/s/versions/7", good)
         assert missing.error() == (404, 40402)
+        # Confluent's CompatibilityResource answers 40402 for a missing subject too
         gone = await api.call("POST", "/compatibility/subjects/nope/versions/1", good)
-        assert gone.error() == (404, 40401)
+        assert gone.error() == (404, 40402)
 
     run(scenario)
 

@@ -157,6 +157,11 @@ def test_other_request_content_types_are_415(content_type: str) -> None:
     ("application/vnd.schemaregistry+json", "application/vnd.schemaregistry+json"),
     ("application/json, application/vnd.schemaregistry+json;q=0.1", "application/json"),
     ("text/html, application/json;q=0.9", "application/json"),
+    # Java's HttpURLConnection default (issue 30): its bare "*" is "*/*", as Jersey reads it
+    ("text/html, image/gif, image/jpeg, *; q=.2, */*; q=.2", V1),
+    ("*", V1),
+    ("*;q=0.5", V1),
+    ("text/html, *; q=.2", V1),
 ])
 def test_accept_picks_the_response_type(accept: str | None, served: str) -> None:
     headers = {} if accept is None else {"Accept": accept}

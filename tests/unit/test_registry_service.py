@@ -443,7 +443,7 @@ def test_compatibility_endpoint_edges(reg: Registry) -> None:
                                                    verbose=True)) == {
         "is_compatible": True, "messages": []}
     assert reg.fails(reg.service.check_compatibility("new", "1", reg.request('"int"'))
-                     ).code == 40401
+                     ).code == 40402  # a missing subject too, as Confluent's (issue 30)
     reg.register("s", '"int"')
     assert reg.fails(reg.service.check_compatibility("s", "5", reg.request('"int"'))
                      ).code == 40402

@@ -21,7 +21,9 @@ __all__ = ["RaftLeaderWatch"]
 
 log = logging.getLogger(__name__)
 
-#: how often the watch looks at its groups
+#: the shortest wait between two looks at the groups (the watch otherwise sleeps until the
+#: first moment a leader here can have been silent for ``silence_ms``: a few looks a second
+#: while leaders are heard, not twenty)
 CHECK_EVERY_S = 0.05
 #: a leader found listening is not probed again sooner than this
 PROBE_EVERY_MS = 100
@@ -53,6 +55,24 @@ class RaftLeaderWatch:
                 out.add(leader)
         return out
 
+    def next_check_s(self) -> float:
+        """How long the watch may sleep: until a leader heard here could first have been
+        silent for ``silence_ms`` (or may be probed again), at most ``silence_ms`` (a
+        leader found meanwhile cannot be silent for longer than that before the next look),
+        at least ``CHECK_EVERY_S``."""
+        now = self.now_ms()
+        wait_ms = self.silence_ms
+        for driver in self.drivers():
+            silence = driver.leader_silence()
+            if silence is None or silence[0] == self.node_id:
+                continue
+            leader, quiet_ms = silence
+            due = self.silence_ms - quiet_ms
+            if due <= 0:  # silent already: when it may be probed (again)
+                due = self._probed.get(leader, now - PROBE_EVERY_MS) + PROBE_EVERY_MS - now
+            wait_ms = min(wait_ms, due)
+        return max(wait_ms / 1000, CHECK_EVERY_S)
+
     async def check(self) -> list[int]:
         """One round: probe the silent leaders; those gone are handed to their groups.
         Returns them."""
@@ -76,8 +96,9 @@ class RaftLeaderWatch:
         if self.silence_ms <= 0:
             return
         while True:
-            await asyncio.sleep(CHECK_EVERY_S)
             try:
+                await asyncio.sleep(self.next_check_s())
                 await self.check()
             except Exception:  # the watch is an optimisation: never let it die
                 log.exception("raft leader watch failed; carrying on")
+                await asyncio.sleep(CHECK_EVERY_S)

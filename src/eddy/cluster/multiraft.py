@@ -20,7 +20,7 @@ import os
 import random
 from collections.abc import Sequence
 
-from eddy.clock import Clock, WallClock
+from eddy.clock import Clock, MonotonicClock
 from eddy.cluster.raft.driver import RaftDriver, RaftStatus, StateMachine, bootstrap
 from eddy.cluster.raft.ready import RaftConfig
 from eddy.cluster.raft.storage.disk import RaftStorage
@@ -46,7 +46,7 @@ class MultiRaft:
         self.node_id = node_id
         self.data_dir = data_dir
         self.transport = transport
-        self.clock = clock or WallClock()
+        self.clock = clock or MonotonicClock()
         self.config = config or RaftConfig()
         self.rng = rng or random.Random()
         self.groups: dict[str, RaftDriver] = {}

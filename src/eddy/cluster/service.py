@@ -39,9 +39,10 @@ from eddy.cluster.offsets import OFFSETS_GROUP, OffsetsMachine, encode_entry
 from eddy.cluster.raft.admin import ClusterRaftAdmin
 from eddy.cluster.raft.driver import RaftDriver, RaftStatus, WriteTimeout
 from eddy.cluster.raft.handover import hand_over_raft
-from eddy.cluster.raft.ready import ProposalDropped, SoftState
+from eddy.cluster.raft.ready import ProposalDropped, RaftConfig, SoftState
 from eddy.cluster.raft.transport import MeshRaftTransport
 from eddy.cluster.settings import ClusterNode
+from eddy.cluster.shutdown import to_move
 from eddy.mesh.frames import TAG_CONTROLLER
 from eddy.mesh.service import MeshService
 from eddy.metadata import MetadataState
@@ -57,6 +58,11 @@ REGISTRATION_WAIT_S = 10.0
 SHUTDOWN_APPLY_WAIT_S = 1.0
 #: how long a stopping node waits for the Raft groups it leads to move to another voter
 RAFT_HANDOVER_S = 1.0
+
+
+def raft_config(config: ClusterNode) -> RaftConfig:
+    return RaftConfig(heartbeat_ms=config.raft_heartbeat_interval_ms,
+                      election_timeout_ms=config.raft_election_timeout_ms)
 
 
 def controller_config(config: ClusterNode) -> ControllerConfig:
@@ -103,7 +109,10 @@ class ClusterService:
         for node_id, addr in self.voters.items():
             if node_id != self.node_id:
                 self.transport.set_voter_address(node_id, addr)
-        self.multi = MultiRaft(self.node_id, config.data_dir, self.transport, clock=clock)
+        # Raft's own clock is monotonic: a step of the wall clock neither starts an
+        # election nor holds one back
+        self.multi = MultiRaft(self.node_id, config.data_dir, self.transport,
+                               config=raft_config(config))
         self.metadata: RaftDriver | None = None
         #: the offsets group (voters only): consumer groups and committed offsets
         self.offsets: RaftDriver | None = None
@@ -229,10 +238,16 @@ class ClusterService:
             return
         loop = asyncio.get_running_loop()
         started = loop.time()
-        kept = await hand_over_raft(self.multi, self.node_id, self.state.is_live,
+        kept = await hand_over_raft(self.multi, self.node_id, self.reachable,
                                     RAFT_HANDOVER_S)
         if kept:
             log.info("controlled shutdown: still leading raft groups %s", kept)
+        if not to_move(self.state, self.node_id, self.reachable):
+            # no other replica can lead what this node leads, it is in no live leader's
+            # ISR: the controller has nothing to do (and may be gone with the others)
+            log.info("controlled shutdown: no partition to move")
+            await agent.stop()
+            return
         try:
             left = await agent.controlled_shutdown(max(timeout_s - (loop.time() - started),
                                                        RAFT_HANDOVER_S))
@@ -246,6 +261,15 @@ class ClusterService:
                                     SHUTDOWN_APPLY_WAIT_S)
             log.info("controlled shutdown done in %.0f ms: %d partitions still led here",
                      (loop.time() - started) * 1000, left)
+
+    def reachable(self, node_id: int) -> bool:
+        """A live broker this node has a mesh connection to: a node that stopped has
+        closed its connections (its fencing comes only when its session ends)."""
+        broker = self.state.broker(node_id)
+        if broker is None or broker.fenced:
+            return False
+        transport = self.mesh.transport
+        return transport is None or broker.node_key in transport.peers()
 
     async def ask(self, request: ControllerRequest, timeout_s: float) -> ControllerReply:
         """The controller's answer (see ``ControllerClient.call``), once this broker is

@@ -1,7 +1,19 @@
-"""The cluster settings of a node: the metadata quorum's voters, brokers' heartbeats and
-fencing, replication (replica.*) and the log's group commit (group.commit.*).
-``BrokerConfig`` inherits them; what needs other groups too (the controller role, the
-quorum of a cluster of one) is in eddy.config."""
+"""The cluster settings of a node: the metadata quorum's voters, its Raft timings,
+brokers' heartbeats and fencing, replication (replica.*) and the log's group commit
+(group.commit.*). ``BrokerConfig`` inherits them; what needs other groups too (the
+controller role, the quorum of a cluster of one) is in eddy.config.
+
+Raft's timings (issue 28). Seed 004 gave 250 ms heartbeats and a 299 ms minimum election
+timeout: a follower then campaigns once its leader is 49 ms late, which a busy machine
+(a CPU hog on every core, a long step on the leader's loop) makes routine, and a 3-node
+cluster churned. The election timeout is 1000 ms now (each wait drawn in [1, 2) s, as
+etcd's default), the heartbeat stays 250 ms: a leader may be 750 ms late before anyone
+campaigns, and a node's own stalls are not counted against its leader at all (see
+``RaftNode.tick``). Failover after a kill -9 does not wait for these timeouts: the
+followers find the leader's Kafka listener refusing connections
+(``broker.liveness.probe.ms``) and campaign at once, so it stays well under 2 s; only a
+leader that is alive but silent (cut off, stopped) waits out 1-2 s of election timeout.
+``bench/raft_calm.py`` measures elections per minute idle and under the hog."""
 
 from __future__ import annotations
 
@@ -10,6 +22,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from eddy.config_parse import parse_host_port, split_list
+from eddy.mesh.settings import NodeIdentity
 
 __all__ = ["ClusterNode", "ClusterSettings", "parse_quorum_voters"]
 
@@ -36,6 +49,17 @@ class ClusterSettings(BaseModel):
         "", alias="controller.quorum.voters",
         description="ID@HOST:PORT list of the metadata quorum's voters (HOST:PORT: their mesh "
         "addresses); set: the node is part of a cluster whose metadata lives in Raft",
+    )
+    raft_heartbeat_interval_ms: int = Field(
+        250, ge=10, alias="raft.heartbeat.interval.ms",
+        description="how often a Raft leader (metadata and offsets groups) heartbeats its "
+        "followers (seed 004's 250 ms)",
+    )
+    raft_election_timeout_ms: int = Field(
+        1000, ge=20, alias="raft.election.timeout.ms",
+        description="the least a Raft follower waits without hearing from its leader before "
+        "it campaigns (each wait is drawn in [this, twice this)); 1000 ms: calm under a CPU "
+        "hog (seed 004's 299 ms churned), see this module's docstring",
     )
     broker_heartbeat_interval_ms: int = Field(
         250, ge=10, alias="broker.heartbeat.interval.ms",
@@ -114,26 +138,17 @@ class ClusterSettings(BaseModel):
         if self.broker_session_timeout_ms <= self.broker_heartbeat_interval_ms:
             raise ValueError("broker.session.timeout.ms must be above "
                              "broker.heartbeat.interval.ms")
+        if self.raft_election_timeout_ms <= self.raft_heartbeat_interval_ms:
+            raise ValueError("raft.election.timeout.ms must be above "
+                             "raft.heartbeat.interval.ms")
         return self
 
 
-class ClusterNode(Protocol):
+class ClusterNode(NodeIdentity, Protocol):
     """What the cluster service reads of its node's settings: who the node is, the quorum's
     voters, the defaults of topics it creates and the brokers' heartbeats and fencing. The
     node's settings (``eddy.broker.settings.BrokerSettings``) have them all; the cluster does
     not import them."""
-
-    @property
-    def node_id(self) -> int: ...
-
-    @property
-    def roles(self) -> frozenset[str]: ...
-
-    @property
-    def broker_rack(self) -> str | None: ...
-
-    @property
-    def data_dir(self) -> str: ...
 
     @property
     def quorum_voters(self) -> dict[int, str]: ...
@@ -143,6 +158,12 @@ class ClusterNode(Protocol):
 
     @property
     def default_replication_factor(self) -> int: ...
+
+    @property
+    def raft_heartbeat_interval_ms(self) -> int: ...
+
+    @property
+    def raft_election_timeout_ms(self) -> int: ...
 
     @property
     def broker_heartbeat_interval_ms(self) -> int: ...

@@ -442,16 +442,28 @@ class PartitionLog:
     def checkpoint_high_watermark(self) -> None:
         """Write the HWM if it moved since the last write (a failed write is logged: an
         older checkpoint only means a lower HWM after a restart)."""
-        if self.high_watermark == self._checkpointed_hwm:
-            return
+        value = self.high_watermark_to_checkpoint()
+        if value is not None and self.write_high_watermark(value):
+            self.high_watermark_checkpointed(value)
+
+    def high_watermark_to_checkpoint(self) -> int | None:
+        """The HWM if it moved since it was last written (None: nothing to write)."""
+        return None if self.high_watermark == self._checkpointed_hwm else self.high_watermark
+
+    def write_high_watermark(self, value: int) -> bool:
+        """Write ``value`` to the HWM checkpoint file, durably (an fsync: callable from an
+        executor thread, off the event loop); False when the write failed (logged)."""
         try:
-            write_int_file(os.path.join(self.directory, HIGH_WATERMARK_FILE),
-                           self.high_watermark)
+            write_int_file(os.path.join(self.directory, HIGH_WATERMARK_FILE), value)
         except OSError as exc:
             log.warning("%s-%d: cannot checkpoint the high watermark: %s", self.topic,
                         self.partition, exc)
-            return
-        self._checkpointed_hwm = self.high_watermark
+            return False
+        return True
+
+    def high_watermark_checkpointed(self, value: int) -> None:
+        """``value`` is on disk (``write_high_watermark`` succeeded)."""
+        self._checkpointed_hwm = value
 
     def set_leader_epoch(self, epoch: int) -> None:
         """The partition's leader epoch as the cluster's metadata says (kept on disk: the

@@ -146,7 +146,7 @@ class MeshService:
         self.transport = MeshTransport(
             self.identity, host, port, allowed=allowed or None, cluster_key=cluster_key,
             membership=membership,
-            on_request=self.rpc.on_request, on_message=self._on_message,
+            on_request=self._on_request, on_message=self._on_message,
             on_peer_up=self._on_peer_up, on_peer_down=self._on_peer_down,
             max_stream_bytes=MAX_FRAME_BYTES,
         )
@@ -224,10 +224,22 @@ class MeshService:
             raise ValueError("the gossip tag is handled by the mesh service")
         self._one_way[tag] = handler
 
+    def _heard(self, peer: bytes) -> None:
+        """Any message proves its sender alive: no gossip PING needed for it this round
+        (Raft heartbeats and controller RPCs already say so several times a second)."""
+        if self.gossip is not None:
+            self.gossip.heard_from(peer, self.clock.now_ms())
+
+    async def _on_request(self, peer: bytes, data: bytes) -> bytes | None:
+        self._heard(peer)
+        return await self.rpc.on_request(peer, data)
+
     def _on_message(self, peer: bytes, data: bytes) -> None:
         frame = self.rpc.on_message(peer, data)
         if frame is None:
             return
+        if frame.tag != TAG_GOSSIP:  # gossip's own messages count in the gossip node
+            self._heard(peer)
         handler = self._one_way.get(frame.tag)
         if handler is not None:
             try:

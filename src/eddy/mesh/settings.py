@@ -119,11 +119,9 @@ class MeshSettings(BaseModel):
         return v
 
 
-class MeshNode(Protocol):
-    """What the mesh service reads of its node's settings: who the node is (id, roles, rack,
-    data dir), where its mesh listens and whom it joins, and the mesh.* settings. The node's
-    settings (``eddy.broker.settings.BrokerSettings``) have them all; the mesh does not
-    import them."""
+class NodeIdentity(Protocol):
+    """Who a node is, as the services of every layer read it: its id, roles, rack and data
+    dir (``eddy.broker.settings.BrokerSettings`` has them)."""
 
     @property
     def node_id(self) -> int: ...
@@ -136,6 +134,13 @@ class MeshNode(Protocol):
 
     @property
     def data_dir(self) -> str: ...
+
+
+class MeshNode(NodeIdentity, Protocol):
+    """What the mesh service reads of its node's settings: who the node is (id, roles, rack,
+    data dir), where its mesh listens and whom it joins, and the mesh.* settings. The node's
+    settings (``eddy.broker.settings.BrokerSettings``) have them all; the mesh does not
+    import them."""
 
     @property
     def mesh_address(self) -> tuple[str, int]: ...

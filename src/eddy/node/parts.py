@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -69,6 +70,8 @@ log = logging.getLogger("eddy")
 ALONE_READY_S = 10.0
 #: the longest a stopping broker waits for the controller to move its leaderships
 CONTROLLED_SHUTDOWN_S = 5.0
+#: a stop's stages that took at least this long are named in its log line
+STAGE_SHOWN_S = 0.005
 
 
 def hosted_by(broker: Broker) -> tuple[dict[str, int], frozenset[str]]:
@@ -313,29 +316,60 @@ async def _start_cluster(cluster: ClusterService, broker: Broker | None,
         sync.sync()
 
 
+class _Stages:
+    """How long each stage of a node's stop took, for one log line at the end."""
+
+    def __init__(self) -> None:
+        self.started = self._last = time.perf_counter()
+        self.spent: list[tuple[str, float]] = []
+
+    def done(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.spent.append((stage, now - self._last))
+        self._last = now
+
+    def summary(self) -> str:
+        total = (self._last - self.started) * 1000
+        parts = ", ".join(f"{stage} {s * 1000:.0f}" for stage, s in self.spent
+                          if s >= STAGE_SHOWN_S)
+        return f"{total:.0f} ms" + (f" ({parts} ms)" if parts else "")
+
+
 async def stop_node(node: Node) -> None:
+    stages = _Stages()
     if node.cluster is not None and node.broker is not None:
         # leaderships move to other in-sync replicas while this node still serves
         await node.cluster.controlled_shutdown(CONTROLLED_SHUTDOWN_S)
+        stages.done("controlled shutdown")
     if node.admin is not None:  # scrapes and probes end first
         await node.admin.stop()
+        stages.done("admin")
     if node.registry is not None:  # a client of this node: stops before its listener
         await node.registry.stop()
+        stages.done("registry")
     for more in node.more_servers:
         await more.stop()
     await node.server.stop()
+    stages.done("listeners")
     if node.broker is not None and node.broker.groups.store is not None:
         await node.broker.groups.store.stop()
     if node.broker is not None:
         await node.broker.transactions.stop()
+    stages.done("coordinators")
     if node.sync is not None:
         node.sync.stop()
     if node.broker is not None and node.broker.replication is not None:
         await node.broker.replication.stop()
+        stages.done("replication")
     if node.cluster is not None:
         await node.cluster.stop()
+        stages.done("raft")
     if node.mesh is not None:
         await node.mesh.stop()
+        stages.done("mesh")
     if node.broker is not None:
         await node.broker.stop()
+        stages.done("logs")
     await otel_setup.stop()  # the spans of the shutdown too
+    stages.done("traces")
+    log.info("node stopped in %s", stages.summary())

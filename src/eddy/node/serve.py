@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import resource
 import signal
@@ -117,3 +118,7 @@ def run(config: BrokerConfig) -> None:
             run_loop(serve(config))
         finally:
             FILES.close_all()
+    # everything is closed and on disk: the interpreter's last garbage collection, over
+    # every object the node ever held, took ~1.5 s of a stop on its own (a SIGTERM waited
+    # for it); frozen objects are left to the process's end
+    gc.freeze()

@@ -9,7 +9,9 @@ also runs the ``offsets`` Raft group with the group coordinator on its leader
 
 It extends the Raft simulation (``eddy.cluster.raft.sim.network.Sim``): the same virtual clock,
 network (drop, delay, duplication, reordering, symmetric and one-way partitions), disks
-losing unsynced writes on a crash, clock jumps, crashes and whole-cluster power cuts; the
+losing unsynced writes on a crash, clock jumps, pauses (a node, the leader or every node
+stops running a while: its Raft groups, controller and broker alike), crashes and
+whole-cluster power cuts; the
 broker and client RPCs cross the same network with the same faults (clients' requests are
 never duplicated: a duplicated write would be a second write). After every step the Raft
 invariants (``SafetyChecker``) and the metadata ones (``MetaChecker``) are checked; after
@@ -285,6 +287,17 @@ class ClusterSim(RaftSim):
             cb = batch.part(k)
             if not self.propose_cmd(i, command, cb):
                 cb(None, True)
+
+    def target(self, kind: str, payload: Any) -> tuple[int, bool] | None:
+        """Which node's events a pause holds: its controller's and broker's timers too,
+        the RPCs and offsets messages addressed to it."""
+        if kind in ("ctick", "agent_beat", "agent_timeout"):
+            return payload[0], True
+        if kind == "rpc":
+            return (payload.dst, False) if payload.dst < CLIENT_BASE else None
+        if kind == "odeliver":
+            return payload.dst, False
+        return super().target(kind, payload)
 
     # -- the networks ----------------------------------------------------------------------
     def send(self, m: RaftMessage) -> None:

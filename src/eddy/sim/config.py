@@ -27,6 +27,7 @@ class ClusterConfig:
     quiesce_ms: int = 500
     faults: bool = True
     fault_gap_ms: int = 450
+    pauses: bool = True  # pauses among the faults (a node, the leader, every node)
     drop: float | None = None  # None: drawn per seed
     duplicate: float | None = None
     crash_mid_ready: float = 0.02
@@ -65,6 +66,7 @@ class ClusterConfig:
                          settle_ms=self.settle_ms + self.quiesce_ms, drop=self.drop,
                          duplicate=self.duplicate,
                          faults=self.faults, fault_gap_ms=self.fault_gap_ms,
+                         pauses=self.pauses,
                          crash_mid_ready=self.crash_mid_ready, clients=0,
                          compact_every=self.compact_every,
                          crash_all_at_ms=self.crash_all_at_ms, raft=self.raft)

@@ -239,16 +239,18 @@ class TransactionService:
         pending = self._pending_offsets.get(markers.producer_id, [])
         now = self.now()
         if self.raft is not None:
-            # one entry settles the held offsets and completes the transaction; with none
-            # held the completion is not written on its own: it goes with the id's next
-            # change, and a coordinator that finds the transaction still prepared meanwhile
-            # writes its markers again (no later transaction of the id can have begun)
+            # the completion is written before the transaction counts as done here, with the
+            # held offsets settled in the same entry: a coordinator taking over (a leader
+            # change of the offsets group) finds it complete and writes no markers again; a
+            # failed write leaves it prepared, and markers are written again only then
+            meta = self.coordinator.txns[markers.transactional_id]
+            finished = dataclasses.replace(meta, state=completed_state(meta.state),
+                                           partitions=set(), last_update_ms=now)
             if pending:
-                meta = self.coordinator.txns[markers.transactional_id]
-                finished = dataclasses.replace(meta, state=completed_state(meta.state),
-                                               partitions=set(), last_update_ms=now)
                 await self.raft.settle_offsets(markers.producer_id, pending, markers.commit,
                                                finished)
+            else:
+                await self.raft.persist(finished)
             self.coordinator.complete(markers.transactional_id, now)
         else:
             await self._persist(self.coordinator.complete(markers.transactional_id, now))

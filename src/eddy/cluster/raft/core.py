@@ -37,6 +37,7 @@ from eddy.cluster.raft.messages import (
     RequestVote,
     TimeoutNow,
     VoteResponse,
+    check_message,
     decode_conf_change,
     encode_conf_change,
 )
@@ -50,10 +51,10 @@ from eddy.cluster.raft.ready import (
     SoftState,
 )
 from eddy.cluster.raft.replication import Replication
+from eddy.cluster.raft.stall import StallClock
 from eddy.cluster.raft.store import LogStore
 from eddy.cluster.raft.types import (
     ENTRY_CONF_CHANGE,
-    ENTRY_NOOP,
     ENTRY_NORMAL,
     ConfState,
     Entry,
@@ -91,6 +92,8 @@ class RaftNode(Replication):
         self._now = now_ms
         self._election_deadline = 0
         self._leader_heard_ms: int | None = None
+        self.stall_clock = StallClock(now_ms, config.stall_ms, config.heartbeat_ms,
+                                config.election_timeout_ms)
         self._last_leader = 0  # the last leader this node followed
         self._votes: dict[int, bool] = {}
         self._snapshot: Snapshot | None = None  # the newest one we can send (compact/install)
@@ -103,6 +106,11 @@ class RaftNode(Replication):
         self._request_snapshot = False
         self._init_replication()
         self._become_follower(self.term, 0)
+        # just started, it campaigns a little sooner (etcd's initial election tick advance
+        # in spirit): drawn in [heartbeat, heartbeat + election timeout); a live leader's
+        # heartbeat comes first, and a pre-vote disturbs no one
+        et = config.election_timeout_ms
+        self._election_deadline = self._now + min(config.heartbeat_ms, et) + rng.randrange(et)
 
     # -- small queries ---------------------------------------------------------------------
     @property
@@ -142,16 +150,38 @@ class RaftNode(Replication):
 
     # -- time ------------------------------------------------------------------------------
     def tick(self, now_ms: int) -> None:
-        """Time passed: ``now_ms`` is this node's clock (a step back counts as no time)."""
-        if now_ms > self._now:
-            self._now = now_ms
+        """Time passed: ``now_ms`` is this node's clock (a step back counts as no time).
+        This node's own stalls do not count against the others (``stall.StallClock``)."""
+        skipped = self.stall_clock.advance(now_ms)
+        self._now = self.stall_clock.now
+        if skipped:
+            self._pause_timers(skipped)
         if self.role == Role.LEADER:
-            self._leader_tick()
+            self._leader_tick(timers=not self.stall_clock.holding)
+        elif self.stall_clock.holding:
+            return
         elif self._now >= self._election_deadline:
             if self.promotable():
                 self._hup(transfer=False)
             else:
                 self._reset_election_timer()
+
+    def heartbeat_now(self, now_ms: int) -> list[RaftMessage]:
+        """For a driver waiting on a Ready's writes: a leader's heartbeats, if due, to send
+        at once. Only the heartbeat timer moves; nothing a Ready holds is touched."""
+        if self.role != Role.LEADER or now_ms < self._hb_deadline:
+            return []
+        self._leader_tick(timers=False, now_ms=now_ms)
+        out, self._msgs = self._msgs, []
+        return out
+
+    def _pause_timers(self, ms: int) -> None:
+        """Move every timeout (and the lease) ``ms`` later: time this node did not run
+        (why that is safe: ``stall``'s docstring)."""
+        self._election_deadline += ms
+        if self._leader_heard_ms is not None:
+            self._leader_heard_ms += ms
+        self._pause_leader_timers(ms)
 
     def leader_silence(self) -> tuple[int, int] | None:
         """(the leader this node last followed, ms since it last heard from it) while no
@@ -237,7 +267,7 @@ class RaftNode(Replication):
     # -- messages --------------------------------------------------------------------------
     def step(self, msg: RaftMessage) -> None:
         """Feed one message from a peer. A malformed one raises ``RaftMessageError``."""
-        self._validate(msg)
+        check_message(msg, self.config.group, self.id)
         if msg.term > self.term:
             if isinstance(msg, RequestVote) and not msg.transfer and self._in_lease():
                 return  # leader lease: a live leader is known, do not disrupt it
@@ -267,37 +297,6 @@ class RaftNode(Replication):
             if self.role != Role.FOLLOWER or self.leader != msg.src:
                 self._become_follower(msg.term, msg.src)
             self._follower_step(msg)
-
-    def _validate(self, msg: RaftMessage) -> None:
-        name = type(msg).__name__
-        if msg.group != self.config.group:
-            raise RaftMessageError(f"{name}.group", f"{msg.group} is not group "
-                                   f"{self.config.group}")
-        if msg.dst != self.id:
-            raise RaftMessageError(f"{name}.dst", f"{msg.dst} is not this node ({self.id})")
-        if msg.src == 0 or msg.src == self.id:
-            raise RaftMessageError(f"{name}.src", f"{msg.src} cannot send to {self.id}")
-        if isinstance(msg, AppendEntries):
-            prev_t = msg.prev_term
-            if prev_t > msg.term:
-                raise RaftMessageError(f"{name}.prev_term", "above the message's term")
-            for k, e in enumerate(msg.entries):
-                if e.index != msg.prev_index + 1 + k:
-                    raise RaftMessageError(f"{name}.entries[{k}].index",
-                                           f"{e.index}, expected {msg.prev_index + 1 + k}")
-                if not prev_t <= e.term <= msg.term:
-                    raise RaftMessageError(f"{name}.entries[{k}].term",
-                                           f"{e.term} outside {prev_t}..{msg.term}")
-                if e.kind > ENTRY_NOOP:
-                    raise RaftMessageError(f"{name}.entries[{k}].kind", f"unknown {e.kind}")
-                prev_t = e.term
-        elif isinstance(msg, InstallSnapshot):
-            meta = msg.snapshot.meta
-            if meta.term > msg.term or (meta.index == 0) != (meta.term == 0):
-                raise RaftMessageError(f"{name}.snapshot.meta", f"index {meta.index} term "
-                                       f"{meta.term} in a term-{msg.term} message")
-            if not meta.conf.voters:
-                raise RaftMessageError(f"{name}.snapshot.meta.conf.voters", "empty")
 
     def _on_vote_request(self, m: RequestVote) -> None:
         can_vote = (self.vote == m.src or (self.vote == 0 and self.leader == 0)

@@ -1,6 +1,8 @@
 """``RaftDriver``: the asyncio adapter around one group's sans-IO ``RaftNode``.
 
-One task owns the core. It ticks it (every heartbeat/5), feeds it what arrived (messages,
+One task owns the core. It ticks it (every heartbeat/5, at most a quarter of the core's
+``stall_ms``: a longer gap between ticks is this node's own stall, which the core does not
+blame on its leader), feeds it what arrived (messages,
 proposals, reads, transfers, the transport's reports) and carries out each ``Ready`` in the
 order ``Ready`` documents: messages out, then the writes (snapshot, entries, hard state,
 membership) and ONE ``sync()`` in this group's own executor thread, then the messages that
@@ -109,6 +111,8 @@ class RaftDriver(ReadyHandling):
         self.snapshot_every = snapshot_every
         self.rng = rng or random.Random()
         self.stats = DriverStats()
+        #: how often the loop ticks the core (also while a Ready's writes run: heartbeats)
+        self.tick_s = max(min(config.heartbeat_ms // 5, config.stall_ms // 4), 1) / 1000
         self.node: RaftNode | None = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"raft-{group}")
         self._task: asyncio.Task[None] | None = None
@@ -428,7 +432,7 @@ class RaftDriver(ReadyHandling):
         return False
 
     async def _loop(self, node: RaftNode) -> None:
-        tick_s = max(self.config.heartbeat_ms // 5, 1) / 1000
+        tick_s = self.tick_s
         loop = asyncio.get_running_loop()
         commit_flushed = loop.time()
         while not self._stopping:
@@ -437,7 +441,10 @@ class RaftDriver(ReadyHandling):
                     async with asyncio.timeout(tick_s):
                         await self._wake.wait()
             self._wake.clear()
+            stalls, skipped = node.stall_clock.stalls, node.stall_clock.skipped_ms
             node.tick(self.clock.now_ms())
+            if node.stall_clock.stalls != stalls:
+                self._stalled(node.stall_clock.skipped_ms - skipped)
             self._drain(node)
             rd = node.ready()
             if rd is not None:
@@ -448,16 +455,27 @@ class RaftDriver(ReadyHandling):
                 self._confs_retry.clear()
             if loop.time() - commit_flushed >= COMMIT_FLUSH_S:
                 commit_flushed = loop.time()
-                await self._flush_commit()
+                await self._flush_commit(node)
             await asyncio.sleep(0)  # never hog the loop, even with work queued
 
-    async def _flush_commit(self) -> None:
+    def _stalled(self, skipped_ms: int) -> None:
+        """The core found a gap between two ticks: this node did not run (or not this
+        task). Counted and logged (a warning when it was as long as an election timeout:
+        without stall-awareness it would have cost an election)."""
+        ms = skipped_ms + self.config.stall_ms
+        self.stats.stalls += 1
+        self.stats.stalled_ms += skipped_ms
+        self.stats.longest_stall_ms = max(self.stats.longest_stall_ms, ms)
+        log.log(logging.WARNING if ms >= self.config.election_timeout_ms else logging.INFO,
+                "raft group %s: node %d did not run for %d ms (its own stall: not counted "
+                "against its leader)", self.group, self.node_id, ms)
+
+    async def _flush_commit(self, node: RaftNode) -> None:
         """The commit index into the state file when it moved (syncs skip it alone): a
         node restarted later replays its state machine up to here at once."""
         store = self.store
         if isinstance(store, RaftStorage) and store.commit_unsynced:
-            await asyncio.get_running_loop().run_in_executor(
-                self._executor, lambda: store.sync(with_commit=True))
+            await self._off_loop(node, lambda: store.sync(with_commit=True))
 
     def _has_input(self) -> bool:
         return bool(self._inbox or self._proposals or self._reads or self._actions

@@ -52,6 +52,10 @@ class DriverStats:
     slow_writes: int = 0
     conf_changes: int = 0  # membership changes applied here
     recoveries: int = 0  # storage reopened after a failure
+    stalls: int = 0  # gaps between two ticks over the core's stall_ms (this node stalled)
+    stalled_ms: int = 0  # the time they skipped (past stall_ms each)
+    longest_stall_ms: int = 0
+    heartbeats_while_writing: int = 0  # heartbeat rounds sent while a Ready's writes ran
 
 
 @dataclass(frozen=True)

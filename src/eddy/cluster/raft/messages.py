@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from eddy import postcard
-from eddy.cluster.raft.types import Entry, Snapshot
+from eddy.cluster.raft.types import ENTRY_NOOP, Entry, Snapshot
 from eddy.postcard import U8, U64
 
 
@@ -174,3 +174,36 @@ def encode_conf_change(entry: ConfChangeEntry) -> bytes:
 
 def decode_conf_change(data: bytes) -> ConfChangeEntry:
     return postcard.decode(ConfChangeEntry, data)
+
+
+def check_message(msg: RaftMessage, group: int, node_id: int) -> None:
+    """Raise ``RaftMessageError`` unless ``msg`` is for ``group`` and node ``node_id``, from
+    another node, with entries (or a snapshot) consistent with its own fields."""
+    name = type(msg).__name__
+    if msg.group != group:
+        raise RaftMessageError(f"{name}.group", f"{msg.group} is not group {group}")
+    if msg.dst != node_id:
+        raise RaftMessageError(f"{name}.dst", f"{msg.dst} is not this node ({node_id})")
+    if msg.src == 0 or msg.src == node_id:
+        raise RaftMessageError(f"{name}.src", f"{msg.src} cannot send to {node_id}")
+    if isinstance(msg, AppendEntries):
+        prev_t = msg.prev_term
+        if prev_t > msg.term:
+            raise RaftMessageError(f"{name}.prev_term", "above the message's term")
+        for k, e in enumerate(msg.entries):
+            if e.index != msg.prev_index + 1 + k:
+                raise RaftMessageError(f"{name}.entries[{k}].index",
+                                       f"{e.index}, expected {msg.prev_index + 1 + k}")
+            if not prev_t <= e.term <= msg.term:
+                raise RaftMessageError(f"{name}.entries[{k}].term",
+                                       f"{e.term} outside {prev_t}..{msg.term}")
+            if e.kind > ENTRY_NOOP:
+                raise RaftMessageError(f"{name}.entries[{k}].kind", f"unknown {e.kind}")
+            prev_t = e.term
+    elif isinstance(msg, InstallSnapshot):
+        meta = msg.snapshot.meta
+        if meta.term > msg.term or (meta.index == 0) != (meta.term == 0):
+            raise RaftMessageError(f"{name}.snapshot.meta", f"index {meta.index} term "
+                                   f"{meta.term} in a term-{msg.term} message")
+        if not meta.conf.voters:
+            raise RaftMessageError(f"{name}.snapshot.meta.conf.voters", "empty")

@@ -19,8 +19,13 @@ class Role(IntEnum):
 @dataclass(frozen=True, slots=True)
 class RaftConfig:
     group: int = 0
-    heartbeat_ms: int = 250  # seed 004
-    election_timeout_ms: int = 299  # seed 004: the minimum; each wait is drawn in [min, 2*min)
+    #: seed 004's timings: the core's (and the simulations') defaults; a node's come from
+    #: its settings (``raft.election.timeout.ms``: 1000 ms, see ``eddy.cluster.settings``)
+    heartbeat_ms: int = 250
+    election_timeout_ms: int = 299  # the minimum; each wait is drawn in [min, 2*min)
+    #: a tick this long after the previous one ends a stall of this node: the timers count
+    #: only this much of the gap (``stall.StallClock``); drivers tick far more often
+    stall_ms: int = 200
     pre_vote: bool = True
     check_quorum: bool = True
     max_inflight: int = 256  # appends in flight per follower (replicate state)

@@ -1,7 +1,9 @@
 """The half of ``RaftDriver`` that carries out one ``Ready``: messages out, the writes and
 one ``sync()`` in the group's executor thread, the messages that depended on them, the
 apply (answering proposals, membership changes and read barriers), then ``advance`` and a
-snapshot when one is due. A mixin: the state it uses lives on ``RaftDriver``."""
+snapshot when one is due. While the executor writes, a leader's heartbeats still go out
+on time (``_off_loop``): a slow disk is not a dead leader. A mixin: the state it uses
+lives on ``RaftDriver``."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from eddy.clock import Clock
 from eddy.cluster.raft.bootstrap import Store
 from eddy.cluster.raft.core import RaftNode
 from eddy.cluster.raft.driver_types import DriverStats, StateMachine
@@ -44,6 +47,8 @@ class ReadyHandling:
     transport: RaftTransport
     sm: StateMachine
     stats: DriverStats
+    clock: Clock
+    tick_s: float
     snapshot_every: int
     on_soft_state: Callable[[SoftState], None] | None
     _executor: ThreadPoolExecutor
@@ -59,8 +64,10 @@ class ReadyHandling:
     async def _handle(self, node: RaftNode, rd: Ready) -> None:
         self.stats.readies += 1
         if rd.soft_state is not None:
-            log.debug("raft group %s: %s, leader %d (term %d)", self.group,
-                      rd.soft_state.role.name.lower(), rd.soft_state.leader, node.term)
+            log.log(logging.INFO if rd.soft_state.role == Role.LEADER else logging.DEBUG,
+                    "raft group %s: node %d %s, leader %d (term %d)", self.group,
+                    self.node_id, rd.soft_state.role.name.lower(), rd.soft_state.leader,
+                    node.term)
             if self.on_soft_state is not None:
                 try:
                     self.on_soft_state(rd.soft_state)
@@ -71,7 +78,7 @@ class ReadyHandling:
                     rfut.set_exception(NotLeader(rd.soft_state.leader))
                     del self._read_waits[ctx]
         self._send_all(rd.messages)
-        await self._persist(rd)
+        await self._persist(node, rd)
         self._send_all(rd.persisted_messages)
         self._apply(node, rd)
         was_leader = node.role == Role.LEADER
@@ -94,15 +101,26 @@ class ReadyHandling:
                         self._report("unreachable", peer, False)
             self.transport.send(peer, encode_message(m), done)
 
-    async def _persist(self, rd: Ready) -> None:
+    async def _off_loop(self, node: RaftNode, fn: Callable[[], None]) -> None:
+        """Run ``fn`` (writes and a sync) in the group's executor thread. Nothing else
+        touches the core meanwhile but ``heartbeat_now``: a leader's heartbeats go out on
+        time even when the disk takes seconds (its followers would elect another)."""
+        fut = asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        while not (await asyncio.wait({fut}, timeout=self.tick_s))[0]:
+            beats = node.heartbeat_now(self.clock.now_ms())
+            if beats:
+                self.stats.heartbeats_while_writing += 1
+                self._send_all(beats)
+        fut.result()
+
+    async def _persist(self, node: RaftNode, rd: Ready) -> None:
         hs = rd.hard_state
         vote_changed = hs is not None and (hs.term, hs.vote) != self._synced_vote
         if not (rd.snapshot or rd.entries or rd.conf_state or vote_changed):
             if hs is not None:
                 self.store.set_hard_state(hs)  # commit only: rides the next fsync
             return
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._write, rd)
+        await self._off_loop(node, lambda: self._write(rd))
         self.stats.fsyncs += 1
         self.stats.entries_persisted += len(rd.entries)
         if hs is not None:
@@ -204,6 +222,6 @@ class ReadyHandling:
             else:
                 store.compact(snap)
 
-        await asyncio.get_running_loop().run_in_executor(self._executor, write)
+        await self._off_loop(node, write)
         self._snap_index = index
         self.stats.snapshots += 1

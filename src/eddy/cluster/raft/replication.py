@@ -89,11 +89,16 @@ class Replication:
         return index
 
     # -- time ------------------------------------------------------------------------------
-    def _leader_tick(self) -> None:
+    def _leader_tick(self, timers: bool = True, now_ms: int | None = None) -> None:
+        """Heartbeats (due at ``now_ms``, default: now); with ``timers``, check-quorum and
+        the transfer's deadline too."""
         c = self.config
-        if self._now >= self._hb_deadline:
-            self._hb_deadline = self._now + c.heartbeat_ms
+        now = self._now if now_ms is None else now_ms
+        if now >= self._hb_deadline:
+            self._hb_deadline = now + c.heartbeat_ms
             self._bcast_heartbeat(next(reversed(self._pending_reads), b""))  # etcd's rule
+        if not timers:
+            return
         if self._now >= self._cq_deadline:
             self._cq_deadline = self._now + c.election_timeout_ms
             if c.check_quorum:
@@ -107,6 +112,10 @@ class Replication:
                 self._leader_heard_ms = self._now
         if self._transferee and self._now >= self._transfer_deadline:
             self._transferee = 0  # the transfer did not happen in time: take proposals again
+
+    def _pause_leader_timers(self, ms: int) -> None:
+        self._cq_deadline += ms
+        self._transfer_deadline += ms
 
     # -- sending ---------------------------------------------------------------------------
     def _send_append(self, to: int, send_if_empty: bool = True) -> bool:

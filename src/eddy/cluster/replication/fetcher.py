@@ -98,11 +98,15 @@ class Fetcher:
             del self.follows[key]
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        """End the fetch loop and close the link. A loop that had died of an error is
+        logged here (its exception retrieved), never raised to whoever stops it."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("replicating from node %d had stopped: %r", self.leader,
+                            task.exception())
         await self._close()
 
     async def _close(self) -> None:
@@ -143,6 +147,11 @@ class Fetcher:
                 await self._close()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
+            except Exception:  # a bug: this leader's partitions must not stop replicating
+                log.exception("replicating from node %d failed (again in %.2f s)",
+                              self.leader, BACKOFF_MAX_S)
+                await self._close()
+                await asyncio.sleep(BACKOFF_MAX_S)
 
     async def _connected(self) -> LeaderLink | None:
         if self._link is not None:

@@ -192,6 +192,12 @@ class LeaderLink:
         return await self._call(request, timeout_s)
 
     async def _call(self, request: Any, timeout_s: float) -> Any:
+        if self._transport.is_closing():
+            # the leader hung up (or the link was closed) since the last answer: a write now
+            # would raise uvloop's RuntimeError ("the handler is closed"), not a
+            # connection error the fetcher retries
+            raise ConnectionResetError(f"the connection to {self._where or 'the leader'} "
+                                       "is closed")
         cls = type(request)
         header = cls.__header_schema__  # v2 for flexible versions, v1 before
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF

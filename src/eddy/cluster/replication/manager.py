@@ -74,6 +74,8 @@ class ReplicaManager:
         self._changes = [0, 0]  # in the last apply: partitions newly led, newly followed
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None
+        #: the HWM checkpoint being written (off the loop), if one is
+        self._checkpointing: asyncio.Task[None] | None = None
         self.stopped = False
 
     # ---- roles from the metadata ---------------------------------------------------------
@@ -254,23 +256,49 @@ class ReplicaManager:
 
     # ---- ISR changes ---------------------------------------------------------------------
 
-    def checkpoint(self) -> None:
-        """Every replicated partition's HWM to its file (see ``HIGH_WATERMARK_FILE``); a
+    def _replicated_logs(self) -> list[PartitionLog]:
+        """The partitions whose HWM is checkpointed (see ``HIGH_WATERMARK_FILE``): a
         partition with no other replica needs none (its HWM is its log end)."""
-        for led in list(self.led.values()):
-            if not led.plog.sole_replica:
-                led.plog.checkpoint_high_watermark()
-        for follow in list(self.following.values()):
-            follow.plog.checkpoint_high_watermark()
+        return ([led.plog for led in self.led.values() if not led.plog.sole_replica]
+                + [follow.plog for follow in self.following.values()])
+
+    def checkpoint(self) -> None:
+        """Every replicated partition's HWM to its file, now (on the way out)."""
+        for plog in self._replicated_logs():
+            plog.checkpoint_high_watermark()
+
+    async def checkpoint_off_loop(self) -> int:
+        """The HWMs that moved since their last checkpoint, written in an executor thread
+        (each an fsync: hundreds of partitions would hold the event loop, and the Raft
+        heartbeats with it, for a long step); none written when none moved. Returns how
+        many were written."""
+        due = [(plog, value) for plog in self._replicated_logs()
+               if (value := plog.high_watermark_to_checkpoint()) is not None]
+        if not due:
+            return 0
+        written = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: [plog.write_high_watermark(value) for plog, value in due])
+        for (plog, value), ok in zip(due, written, strict=True):
+            if ok:
+                plog.high_watermark_checkpointed(value)
+        return sum(written)
+
+    async def _checkpoint(self) -> None:
+        try:
+            await self.checkpoint_off_loop()
+        except Exception:  # the executor gone at shutdown, a bug: the next one retries
+            log.exception("high watermark checkpoint failed")
 
     async def _tick_loop(self) -> None:
         last_checkpoint = self.broker.clock.now_ms()
         while not self.stopped:
             await asyncio.sleep(ISR_CHECK_S)
             now = self.broker.clock.now_ms()
-            if now - last_checkpoint >= HWM_CHECKPOINT_MS:
+            if now - last_checkpoint >= HWM_CHECKPOINT_MS and (
+                    self._checkpointing is None or self._checkpointing.done()):
                 last_checkpoint = now
-                self.checkpoint()
+                self._checkpointing = asyncio.get_running_loop().create_task(
+                    self._checkpoint(), name="hwm-checkpoint")
             for key, led in list(self.led.items()):
                 try:
                     self._check_isr(key, led, now)
@@ -326,6 +354,8 @@ class ReplicaManager:
 
     async def stop(self) -> None:
         self.stopped = True
+        if self._checkpointing is not None:  # its thread writes the same files
+            await asyncio.wait({self._checkpointing})
         self.checkpoint()
         if self._ticker is not None:
             self._ticker.cancel()

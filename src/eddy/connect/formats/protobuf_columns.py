@@ -12,7 +12,8 @@ TIMESTAMP; recursive messages are refused. Fields take their values as the messa
 has them (proto3 defaults included; fields with presence that are unset are null).
 
 Schemas come from the registry in `format=serialized` (FileDescriptorProtos), with
-their references and the well-known google/protobuf imports. A value is parsed with
+their references and the files Confluent resolves without one (google/protobuf's
+well-known types, google/type/*, confluent/meta). A value is parsed with
 the reader's message (Protobuf's own evolution: by field numbers); it must have been
 written as the same message (full name, from the writer schema and the indexes).
 """
@@ -58,22 +59,6 @@ def _fdp(text: str, what: str) -> Any:
     except Exception as exc:
         raise ProtobufSchemaError(f"{what}: not a serialized FileDescriptorProto "
                                   f"({type(exc).__name__})") from None
-
-
-def _well_known(name: str) -> Any:
-    """The FileDescriptorProto of a google/protobuf/*.proto import, or None."""
-    import importlib
-
-    from google.protobuf import descriptor_pb2
-
-    if not name.startswith("google/protobuf/") or not name.endswith(".proto"):
-        return None
-    module = name[len("google/protobuf/"):-len(".proto")] + "_pb2"
-    try:
-        found = importlib.import_module(f"google.protobuf.{module}")
-    except ImportError:
-        return None
-    return descriptor_pb2.FileDescriptorProto.FromString(found.DESCRIPTOR.serialized_pb)
 
 
 def message_name(fdp: Any, indexes: list[int]) -> str:
@@ -153,11 +138,16 @@ class ProtobufDecoder:
                         f"{ref.version}")
                 self._add(pool, _serialized(self.client, path), dep, done, depth + 1)
                 continue
-            known = _well_known(dep)
+            from eddy.formats.protobuf.schema import known_files
+
+            known = known_files(dep)
             if known is None:
                 raise ProtobufSchemaError(f"import {dep!r} is neither a reference nor a "
                                           "well-known type")
-            pool.Add(known)
+            for file in known:
+                if file.name == dep or file.name not in done:
+                    done.add(file.name)
+                    pool.Add(file)
         try:
             pool.Add(fdp)
         except Exception as exc:

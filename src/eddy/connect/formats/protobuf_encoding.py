@@ -31,10 +31,11 @@ def _at(path: str) -> str:
 
 def load_message_class(serialized: str) -> Any:
     """The class of the first message of a base64 FileDescriptorProto whose imports are
-    google/protobuf well-known types."""
-    import importlib
-
+    files Confluent resolves without a reference (google/protobuf's well-known types,
+    google/type/*, confluent/meta)."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    from eddy.formats.protobuf.schema import known_files
 
     try:
         fdp = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(serialized))
@@ -44,13 +45,15 @@ def load_message_class(serialized: str) -> Any:
     if not fdp.message_type:
         raise ProtobufEncodeError("the Protobuf schema has no message")
     pool = descriptor_pool.DescriptorPool()
+    added: set[str] = set()
     for dep in fdp.dependency:
-        module = dep.removeprefix("google/protobuf/").removesuffix(".proto")
-        try:
-            found = importlib.import_module(f"google.protobuf.{module}_pb2")
-        except ImportError:
-            raise ProtobufEncodeError(f"import {dep!r} is not a well-known type") from None
-        pool.Add(descriptor_pb2.FileDescriptorProto.FromString(found.DESCRIPTOR.serialized_pb))
+        known = known_files(dep)
+        if known is None:
+            raise ProtobufEncodeError(f"import {dep!r} is not a well-known type")
+        for file in known:
+            if file.name not in added:
+                added.add(file.name)
+                pool.Add(file)
     name = fdp.message_type[0].name
     try:
         pool.Add(fdp)

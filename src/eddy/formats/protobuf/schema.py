@@ -1,8 +1,10 @@
 """Protobuf schemas for the registry: parsing `.proto` text (proto2 and proto3, with
 proto-schema-parser) or a base64 ``FileDescriptorProto`` (what confluent-kafka's
 ``ProtobufSerializer`` registers), imports resolved through the registry's references (the
-import path is the reference name) and the well-known ``google/protobuf/*.proto`` files,
-the whole validated by the protobuf library's ``DescriptorPool``.
+import path is the reference name), the well-known ``google/protobuf/*.proto`` files and the
+other files Confluent ships (``google/type/*.proto``, ``confluent/meta.proto``,
+``confluent/type/decimal.proto``: :data:`BUILTIN`), the whole validated by the protobuf
+library's ``DescriptorPool``.
 
 A parsed schema gives Confluent's canonical and normalized strings, its serialized form
 (``format=serialized``: base64 of the FileDescriptorProto) and the message indexes of
@@ -19,6 +21,7 @@ import base64
 import binascii
 import functools
 import importlib
+import importlib.resources
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +43,15 @@ WELL_KNOWN = {
     for stem in ("any", "api", "descriptor", "duration", "empty", "field_mask",
                  "source_context", "struct", "timestamp", "type", "wrappers")
 }
+#: the other files Confluent resolves without a reference (its ``KNOWN_DEPENDENCIES``): Eddy's
+#: own `.proto` texts of these published APIs, data files under ``builtin/``
+BUILTIN = frozenset({
+    *(f"google/type/{stem}.proto" for stem in (
+        "calendar_period", "color", "date", "datetime", "dayofweek", "decimal", "expr",
+        "fraction", "interval", "latlng", "money", "month", "phone_number", "postal_address",
+        "quaternion", "timeofday")),
+    "confluent/meta.proto", "confluent/type/decimal.proto",
+})
 
 _TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|//[^\n]*|/\*.*?\*/|[{}\[\]()<>]',
                      re.DOTALL)
@@ -241,11 +253,40 @@ class ProtobufSchema:
 
 @functools.cache
 def _well_known(path: str) -> ProtobufSchema:
-    module = importlib.import_module(WELL_KNOWN[path])
-    fdp = descriptor_pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb)
+    """A file every schema may import without a reference, parsed once: a well-known type
+    from the protobuf library's descriptors, or one of the ``builtin/`` data files."""
     loader = _Loader({})
-    model = from_descriptor(fdp)
+    fdp: descriptor_pb2.FileDescriptorProto | None
+    if path in WELL_KNOWN:
+        module = importlib.import_module(WELL_KNOWN[path])
+        fdp = descriptor_pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb)
+        model = from_descriptor(fdp)
+    else:
+        text = importlib.resources.files(__package__).joinpath("builtin", *path.split("/"))
+        model, fdp = parse_text(text.read_text(encoding="utf-8")), None
     return loader.finish(model, fdp, path, loader.imports(model))
+
+
+def known_files(path: str) -> list[descriptor_pb2.FileDescriptorProto] | None:
+    """A file every schema may import without a reference (a well-known type or one of
+    Confluent's built-ins) as FileDescriptorProtos, after the known files it imports, each
+    once (the order a descriptor pool takes them in); None for any other path."""
+    if path not in WELL_KNOWN and path not in BUILTIN:
+        return None
+    out: list[descriptor_pb2.FileDescriptorProto] = []
+    seen: set[str] = set()
+
+    def add(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        found = _well_known(name)
+        for dep in found.descriptor.dependency:
+            add(dep)
+        out.append(found.descriptor)
+
+    add(path)
+    return out
 
 
 class _Loader:
@@ -282,7 +323,7 @@ class _Loader:
             cycle = " -> ".join([*self.stack[self.stack.index(path):], path])
             raise InvalidSchema(f"cyclic reference: {cycle}")
         if path not in self.references:
-            if path in WELL_KNOWN:
+            if path in WELL_KNOWN or path in BUILTIN:
                 return _well_known(path)
             raise InvalidSchema(f"missing reference '{path}'")
         if len(self.stack) >= MAX_DEPTH:

@@ -138,6 +138,11 @@ class GossipNode:
                 self._intents.append(Drop(node_id))
         self._pump(now_ms)
 
+    def heard_from(self, node_id: bytes, now_ms: int) -> None:
+        """A message from ``node_id`` outside gossip (Raft, an RPC) arrived: it is alive,
+        which spares it this round's PING."""
+        self.peers.heard_from(node_id, now_ms)
+
     def broadcast(self, payload: bytes, topic: str, now_ms: int) -> bytes:
         msg_id = self.tree.broadcast(payload, topic, now_ms)
         self._pump(now_ms)

@@ -4,7 +4,8 @@
   while the node has no neighbour (``bootstrapping``), else every ``seed_probe_interval_ms``.
   A seed's answer binds its address to its identity and reports ``SeedReached``.
 - Tracked peers (the facade tracks the HyParView active view) are PINGed every
-  ``ping_interval_ms``; any message from a peer resets its counter; a peer with
+  ``ping_interval_ms``, except one heard from since the last round (up to
+  ``max_skipped_pings`` rounds in a row); any message from a peer resets its counter; a peer with
   ``max_ping_unacked`` PINGs unanswered for a whole interval is removed and reported
   (``PeerDead``), then remembered as dead for ``dead_ttl_ms`` and probed every
   ``dead_probe_interval_ms``: an answer reports ``PeerRevived`` (a healed partition or a restart).
@@ -65,6 +66,10 @@ class PeerConfig:
     max_dead: int = 64
     max_pex: int = 16
     max_bindings: int = 4_096
+    #: a peer heard from within the last interval (any message: Raft, RPCs, gossip) needs no
+    #: PING to be known alive: up to this many rounds in a row it gets none (a PING still
+    #: goes out every few rounds: PONGs carry peer exchange and the view's symmetry check)
+    max_skipped_pings: int = 3
 
 
 @dataclass(slots=True)
@@ -73,6 +78,8 @@ class _Tracked:
     unacked: int = 0  # pings sent since the peer was last heard from
     missed: int = 0  # of those, pings that had a whole interval to be answered
     last_seen_ms: int | None = None
+    heard_ms: int | None = None  # when a message from the peer last arrived
+    skipped: int = 0  # ping rounds in a row it was heard from instead
 
 
 @dataclass(slots=True)
@@ -190,7 +197,7 @@ class PeerTable:
         entry = self.tracked.get(sender)
         if entry is not None:
             entry.unacked = entry.missed = 0
-            entry.last_seen_ms = now_ms
+            entry.last_seen_ms = entry.heard_ms = now_ms
 
     def on_ping(self, sender: bytes, msg: Ping) -> None:
         peers = tuple(r for r in self.view.exchange_list(self.config.max_pex)
@@ -236,6 +243,12 @@ class PeerTable:
                     self._remember_dead(node_id, entry.addr, now_ms)
                     self._events.append(PeerDead(node_id))
                     continue
+                if entry.heard_ms is not None and entry.unacked == 0 \
+                        and now_ms - entry.heard_ms < cfg.ping_interval_ms \
+                        and entry.skipped < cfg.max_skipped_pings:
+                    entry.skipped += 1  # alive: heard from since the last round
+                    continue
+                entry.skipped = 0
                 entry.unacked += 1
                 self._ping(node_id, entry.addr, "peer")
         for addr, seed in self._seeds.items():

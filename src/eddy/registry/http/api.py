@@ -7,7 +7,8 @@
 shapes, nothing added). Parameters are read as JAX-RS reads them: booleans with
 ``query_bool``; an integer path or query parameter that does not convert to a Java ``int``
 answers Jersey's ``404 HTTP 404 Not Found``, as Confluent does. Subjects arrive URL-decoded in
-``match_info`` (``a%2Fb`` is the subject ``a/b``).
+``match_info`` (``a%2Fb`` is the subject ``a/b``, ``a%7Bb%7D`` the subject ``a{b}``: a path
+parameter is any characters but ``/``).
 
 When the node has an authorizer, each route is checked by its ``access.Rule`` before its
 handler runs (so before a body is read), and the routes listing subjects keep only the
@@ -36,6 +37,9 @@ from eddy.registry.requests import SchemaRequest
 from eddy.registry.service.core import RegistryService
 
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+#: a path parameter: any characters but "/" (aiohttp's default also refuses "{" and "}", so a
+#: subject "a{b}", sent as ``a%7Bb%7D``, found no route)
+_PART = "{{{}:[^/]+}}"
 _T = TypeVar("_T")
 RouteHandler = Callable[[web.Request], Awaitable[web.Response]]
 
@@ -292,9 +296,10 @@ class RegistryApi:
     def routes(self) -> list[tuple[str, str, RouteHandler, Rule]]:
         """(method, path, handler, access rule) for every route, in Confluent's resources'
         order."""
-        subject = "/subjects/{subject}"
-        version = subject + "/versions/{version}"
-        ids = "/schemas/ids/{id}"
+        subject = "/subjects/" + _PART.format("subject")
+        version = subject + "/versions/" + _PART.format("version")
+        ids = "/schemas/ids/" + _PART.format("id")
+        scoped = _PART.format("subject")
         any_, read, write, listed = Rule.ANY, Rule.READ, Rule.WRITE, Rule.LISTED
         config_read, config_write = Rule.CONFIG_READ, Rule.CONFIG_WRITE
         return [
@@ -304,8 +309,8 @@ class RegistryApi:
             ("GET", ids + "/schema", self.schema_text_by_id, any_),
             ("GET", ids + "/subjects", self.subjects_for_id, listed),
             ("GET", ids + "/versions", self.versions_for_id, listed),
-            ("GET", "/schemas/guids/{guid}", self.schema_by_guid, any_),
-            ("GET", "/schemas/guids/{guid}/ids", self.ids_for_guid, any_),
+            ("GET", "/schemas/guids/" + _PART.format("guid"), self.schema_by_guid, any_),
+            ("GET", "/schemas/guids/" + _PART.format("guid") + "/ids", self.ids_for_guid, any_),
             ("GET", "/subjects", self.list_subjects, listed),
             ("POST", subject, self.lookup, read),
             ("DELETE", subject, self.delete_subject, write),
@@ -321,15 +326,15 @@ class RegistryApi:
             ("GET", "/config", self.get_config, config_read),
             ("PUT", "/config", self.set_config, config_write),
             ("DELETE", "/config", self.delete_config, config_write),
-            ("GET", "/config/{subject}", self.get_config, config_read),
-            ("PUT", "/config/{subject}", self.set_config, config_write),
-            ("DELETE", "/config/{subject}", self.delete_config, config_write),
+            ("GET", "/config/" + scoped, self.get_config, config_read),
+            ("PUT", "/config/" + scoped, self.set_config, config_write),
+            ("DELETE", "/config/" + scoped, self.delete_config, config_write),
             ("GET", "/mode", self.get_mode, config_read),
             ("PUT", "/mode", self.set_mode, config_write),
             ("DELETE", "/mode", self.delete_mode, config_write),
-            ("GET", "/mode/{subject}", self.get_mode, config_read),
-            ("PUT", "/mode/{subject}", self.set_mode, config_write),
-            ("DELETE", "/mode/{subject}", self.delete_mode, config_write),
+            ("GET", "/mode/" + scoped, self.get_mode, config_read),
+            ("PUT", "/mode/" + scoped, self.set_mode, config_write),
+            ("DELETE", "/mode/" + scoped, self.delete_mode, config_write),
             ("GET", "/contexts", self.contexts, any_),
         ]
 

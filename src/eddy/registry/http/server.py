@@ -4,7 +4,8 @@ rest-utils on Jersey), independent of the routes:
 - content negotiation: a request's Content-Type must be one Confluent consumes
   (``application/vnd.schemaregistry.v1+json``, ``application/vnd.schemaregistry+json``,
   ``application/json``, or ``application/octet-stream``, which is also what a missing one
-  means), else 415; its Accept must allow one Confluent produces, else 406. Responses carry
+  means), else 415; its Accept must allow one Confluent produces, else 406 (a bare ``*``,
+  in Java's default Accept header, is ``*/*``, as Jersey reads it). Responses carry
   the best type the client accepts (``application/vnd.schemaregistry.v1+json`` unless it
   accepts only the others);
 - errors as JSON bodies ``{"error_code": code, "message": message}``: a ``RegistryError``
@@ -150,6 +151,8 @@ def _parse_accept(header: str) -> list[tuple[str, float]] | None:
             continue
         media, *params = part.split(";")
         media = media.strip().lower()
+        if media == "*":  # Java's HttpURLConnection sends a bare "*": Jersey reads "*/*"
+            media = "*/*"
         if media.count("/") != 1:
             return None
         q = 1.0

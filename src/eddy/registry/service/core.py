@@ -43,7 +43,6 @@ from eddy.registry.contract import (
     STORE_ERROR,
     SUBJECT_NOT_SOFT_DELETED,
     SUBJECT_SOFT_DELETED,
-    VERSION_NOT_FOUND,
     RegistryError,
     SchemaLog,
     SchemaRecord,
@@ -57,8 +56,8 @@ from eddy.registry.schema_ops import (
     incompatible_error,
     schema_string,
 )
-from eddy.registry.service.config_mode import ConfigModeOps, read_only, subject_not_found
-from eddy.registry.service.parsing import SchemaParsing
+from eddy.registry.service.compat import CompatibilityOps, version_not_found
+from eddy.registry.service.config_mode import read_only, subject_not_found
 from eddy.registry.state import SchemaState, VersionEntry
 
 log = logging.getLogger("eddy.registry")
@@ -74,11 +73,6 @@ def _not_permitted(message: str) -> RegistryError:
 def _schema_not_found(schema_id: int | None = None) -> RegistryError:
     message = "Schema not found" if schema_id is None else f"Schema {schema_id} not found"
     return RegistryError(404, SCHEMA_NOT_FOUND, message)
-
-
-def _version_not_found(version: int | None) -> RegistryError:
-    return RegistryError(404, VERSION_NOT_FOUND,
-                         f"Version {-1 if version is None else version} not found.")
 
 
 def _reference_exists(entry: VersionEntry) -> RegistryError:
@@ -108,7 +102,7 @@ def write_failures(store_message: str, timeout_message: str) -> Iterator[None]:
         raise RegistryError(exc.status, exc.code, message) from None
 
 
-class RegistryService(ConfigModeOps, SchemaParsing):
+class RegistryService(CompatibilityOps):
     """Confluent Schema Registry's operations over a SchemaLog and the state it feeds."""
 
     def __init__(self, log: SchemaLog, state: SchemaState, *, default_level: str = "BACKWARD",
@@ -153,7 +147,7 @@ class RegistryService(ConfigModeOps, SchemaParsing):
         if entry is None:
             if not self.state.has_subject(subject, include_deleted):
                 raise subject_not_found(subject)
-            raise _version_not_found(version)
+            raise version_not_found(version)
         return entry
 
     async def _resolve_synced(self, subject: str, version_text: str | int,
@@ -400,34 +394,10 @@ class RegistryService(ConfigModeOps, SchemaParsing):
         raise _schema_not_found()
 
     async def referenced_by(self, subject: str, version: str | int) -> list[int]:
-        """GET /subjects/{subject}/versions/{version}/referencedby: ids, sorted."""
-        entry = await self._resolve_synced(subject, version)
+        """GET /subjects/{subject}/versions/{version}/referencedby: ids, sorted; a
+        soft-deleted version too (Confluent reads it with ``deleted=true``)."""
+        entry = await self._resolve_synced(subject, version, include_deleted=True)
         return self.state.referenced_by(entry.subject, entry.version)
-
-    # -- compatibility ---------------------------------------------------------------------------
-
-    async def check_compatibility(self, subject: str, version: str | int | None,
-                                  request: SchemaRequest, *, verbose: bool = False,
-                                  normalize: bool = False) -> dict[str, Any]:
-        """POST /compatibility/subjects/{subject}/versions[/{version}]: against one version
-        (``latest``: none yet is compatible) or, without a version, as a registration would
-        be checked."""
-        parsed, text, _ = await self._prepare(request, normalize, is_new=True)
-        level = self.level_in_scope(subject)
-        if version is None:
-            previous = self.state.versions(subject)
-        elif parse_version(version) is None:
-            latest = self.state.latest(subject)
-            previous = [latest] if latest is not None else []
-        else:
-            # one version: a transitive level checks just it, and its message names the
-            # level as configured (as Confluent's does)
-            previous = [await self._resolve_synced(subject, version)]
-        messages = await self._incompatibilities(level, parsed, len(text), previous)
-        answer: dict[str, Any] = {"is_compatible": not messages}
-        if verbose:
-            answer["messages"] = messages
-        return answer
 
     # -- deletes ---------------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from eddy.cluster.raft.memstore import MemoryLogStore
 from eddy.cluster.raft.messages import InstallSnapshot, RaftMessage, RaftMessageError
 from eddy.cluster.raft.ready import ProposalDropped, Ready, Role
 from eddy.cluster.raft.sim.check import SafetyChecker, SafetyViolation
-from eddy.cluster.raft.sim.network import Disk, persist_ready
+from eddy.cluster.raft.sim.disk import Disk, persist_ready
 from eddy.cluster.raft.types import ENTRY_NORMAL, ConfState
 from eddy.groups.records import RecordFormatError
 from eddy.groups.state import GroupConfig, GroupCoordinator, OffsetCommitEntry, Step, Write

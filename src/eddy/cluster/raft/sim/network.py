@@ -1,7 +1,13 @@
 """A deterministic simulation of a Raft group: virtual clock, a network that drops,
 delays, duplicates and reorders messages and can be partitioned (both ways or one way),
-a disk per node whose writes survive a crash only once fsynced, clock jumps, crashes and
-restarts (one at a time or every node at once), and key-value clients.
+a disk per node whose writes survive a crash only once fsynced, clock jumps, pauses,
+crashes and restarts (one at a time or every node at once), and key-value clients.
+
+A pause is a node that does not run for a while (SIGSTOP, a GC pause, a starved CPU, a
+long step on its loop), one node, the leader or every node at once (a stalled machine):
+what is addressed to it waits (messages, client requests), and when it resumes its own
+timers come first (the worst order), then what waited, in arrival order. Its clock ran
+on meanwhile: it sees the gap. A clock jump is the clock alone moving forward.
 
 Every run is a function of its seed. ``Sim.run()`` returns a ``SimResult``; a failure
 names the seed and the event at which it happened (``--seed N --trace --stop-at K``
@@ -11,7 +17,6 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,10 +32,9 @@ from eddy.cluster.raft.messages import (
 from eddy.cluster.raft.ready import ProposalDropped, RaftConfig, Ready, Role
 from eddy.cluster.raft.sim.check import SafetyChecker, SafetyViolation
 from eddy.cluster.raft.sim.clients import ClientPool
+from eddy.cluster.raft.sim.disk import Disk, persist_ready
 from eddy.cluster.raft.sim.kv import KvStateMachine, check_history
 from eddy.cluster.raft.types import ConfState
-
-StoreOp = Callable[[MemoryLogStore], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,7 @@ class SimConfig:
     duplicate: float | None = None
     faults: bool = True
     fault_gap_ms: int = 450  # mean time between faults
+    pauses: bool = True  # pauses among the faults (a node, the leader, every node)
     crash_mid_ready: float = 0.02  # a crash between writing a Ready and its fsync
     clients: int = 3
     keys: int = 2
@@ -68,32 +73,6 @@ class SimResult:
     virtual_ms: int
 
 
-class Disk:
-    """Writes land in ``volatile`` at once and reach ``durable`` at ``fsync``; a crash keeps
-    ``durable`` plus some prefix of the unsynced writes (as a disk might)."""
-
-    def __init__(self, store: MemoryLogStore) -> None:
-        self.durable = store
-        self.volatile = store.clone()
-        self._unsynced: list[StoreOp] = []
-
-    def write(self, op: StoreOp) -> None:
-        op(self.volatile)
-        self._unsynced.append(op)
-
-    def fsync(self) -> None:
-        for op in self._unsynced:
-            op(self.durable)
-        self._unsynced = []
-
-    def crash(self, rng: random.Random) -> None:
-        keep = rng.randrange(len(self._unsynced) + 1) if self._unsynced else 0
-        for op in self._unsynced[:keep]:
-            op(self.durable)
-        self._unsynced = []
-        self.volatile = self.durable.clone()
-
-
 class SimNode:
     def __init__(self, node_id: int, store: MemoryLogStore) -> None:
         self.id = node_id
@@ -102,6 +81,7 @@ class SimNode:
         self.sm = KvStateMachine()
         self.clock_offset = 0
         self.incarnation = 0
+        self.paused_until = 0  # sim time: nothing of this node runs before it
         self.pending: dict[int, tuple[int, int, int]] = {}  # index -> (client, op_id, term)
 
 
@@ -126,6 +106,8 @@ class Sim:
         self.checker = SafetyChecker()
         self.clients = ClientPool(self, cfg)
         self.elections = 0
+        self.pauses = 0
+        self.isolated: list[tuple[int, int]] = []  # (when, node) of scripted isolations
         self._leader_crash_at: int | None = None
         self._leader_crash_term = 0
         self.elect_after_leader_crash: list[int] = []
@@ -143,6 +125,41 @@ class Sim:
     def schedule(self, delay: int, kind: str, payload: Any = None) -> None:
         self._seq += 1
         heapq.heappush(self._queue, (self.now + max(0, delay), self._seq, kind, payload))
+
+    def target(self, kind: str, payload: Any) -> tuple[int, bool] | None:
+        """The node an event runs on, and whether it is one of that node's timers (None:
+        it runs on no node, as a client's event). Subclasses add their kinds."""
+        if kind == "tick":
+            return payload[0], True
+        if kind == "deliver":
+            return payload[0], False
+        if kind == "client_arrive":
+            return payload[2], False
+        return None
+
+    def pause(self, ids: list[int], ms: int) -> None:
+        """Stop nodes ``ids`` running for ``ms`` (those already paused: until the later
+        end). A crash ends a pause."""
+        for i in ids:
+            node = self.nodes[i]
+            if node.raft is not None:
+                node.paused_until = max(node.paused_until, self.now + ms)
+        self.pauses += 1
+        self.note(f"pause {ids} for {ms} ms")
+
+    def _held(self, kind: str, payload: Any) -> bool:
+        """Hold an event for a paused node until it resumes: its timers first, then the
+        rest in arrival order."""
+        where = self.target(kind, payload)
+        if where is None:
+            return False
+        node = self.nodes.get(where[0])
+        if node is None or node.paused_until <= self.now:
+            return False
+        self._seq += 1
+        seq = -self._seq if where[1] else self._seq
+        heapq.heappush(self._queue, (node.paused_until, seq, kind, payload))
+        return True
 
     def note(self, text: str) -> None:
         if self.trace:
@@ -181,6 +198,7 @@ class Sim:
             self._leader_crash_at, self._leader_crash_term = self.now, node.raft.term
         self.note(f"crash {i}")
         node.raft = None
+        node.paused_until = 0
         node.disk.crash(self.rng)
         node.pending = {}
         self.checker.forget_node(i)
@@ -277,7 +295,8 @@ class Sim:
         copies = 2 if self.rng.random() < self.dup else 1
         payload: Any = encode_message(m) if self.cfg.codec else m
         for _ in range(copies):
-            self.schedule(1 + self.rng.randrange(self.cfg.max_delay_ms), "deliver", payload)
+            self.schedule(1 + self.rng.randrange(self.cfg.max_delay_ms), "deliver",
+                          (m.dst, payload))
 
     def _lost(self, m: RaftMessage) -> None:
         if isinstance(m, InstallSnapshot):
@@ -285,7 +304,8 @@ class Sim:
             if src is not None:  # the transport knows a stream failed
                 src.report_snapshot(m.dst, False)
 
-    def _deliver(self, payload: Any) -> None:
+    def _deliver(self, item: tuple[int, Any]) -> None:
+        payload = item[1]
         m: RaftMessage = decode_message(payload) if self.cfg.codec else payload
         dst = self.nodes[m.dst]
         if dst.raft is None or (m.src, m.dst) in self.blocked:
@@ -324,9 +344,10 @@ class Sim:
             return
         r = self.rng
         ids = list(self.nodes)
-        kind = r.choice(["crash", "crash_leader", "partition", "one_way", "clock", "heal",
-                         "crash_all"] if r.random() < 0.05 else
-                        ["crash", "crash_leader", "partition", "one_way", "clock", "heal"])
+        kinds = ["crash", "crash_leader", "partition", "one_way", "clock", "heal"]
+        if self.cfg.pauses:
+            kinds += ["pause", "pause_leader", "pause_all"]
+        kind = r.choice([*kinds, "crash_all"] if r.random() < 0.05 else kinds)
         if kind == "crash":
             self.crash(r.choice(ids), r.randrange(100, 1500))
         elif kind == "crash_leader":
@@ -344,6 +365,14 @@ class Sim:
                         self.blocked.add((b, a))
             self.note(f"{kind} {sorted(side)} | {sorted(set(ids) - side)}")
             self.schedule(r.randrange(200, 2000), "heal", None)
+        elif kind in ("pause", "pause_leader", "pause_all"):
+            # over by the time the faults stop: the cluster then settles with every node
+            ms = min(r.randrange(100, 2000), self.cfg.duration_ms - self.now)
+            lead = self.leader()
+            who = [r.choice(ids)] if kind == "pause" else ids if kind == "pause_all" else \
+                [lead.id] if lead is not None else []
+            if who:
+                self.pause(who, ms)
         elif kind == "clock":
             i = r.choice(ids)
             self.nodes[i].clock_offset += r.randrange(100, 2000)
@@ -364,6 +393,8 @@ class Sim:
         try:
             while self._queue and self._queue[0][0] <= end:
                 self.now, _, kind, payload = heapq.heappop(self._queue)
+                if self._held(kind, payload):
+                    continue
                 self.events += 1
                 if self.stop_at is not None and self.events > self.stop_at:
                     break
@@ -390,6 +421,25 @@ class Sim:
             self.blocked.clear()
         elif kind == "fault":
             self._fault()
+        elif kind == "isolate":  # scheduled by a test: a node id or "leader"
+            lead = self.leader()
+            i = lead.id if payload == "leader" and lead is not None else payload
+            if isinstance(i, int):
+                others = [j for j in self.nodes if j != i]
+                self.blocked |= {(i, j) for j in others} | {(j, i) for j in others}
+                self.isolated.append((self.now, i))
+                self.note(f"isolate {i}")
+        elif kind == "pause":  # scheduled by a test: (node ids, "leader" or "follower", ms)
+            who, ms = payload
+            lead = self.leader()
+            if who == "leader":
+                ids = [lead.id] if lead is not None else []
+            elif who == "follower":
+                ids = [i for i in self.up() if lead is None or i != lead.id][:1]
+            else:
+                ids = list(who)
+            if ids:
+                self.pause(ids, ms)
         elif kind == "crash_all":
             self._power_cut = True  # at the next Ready that writes, before its fsync
         elif kind == "settle":
@@ -418,19 +468,3 @@ class Sim:
             return "state-machine safety: replicas hold different data at the same index"
         errors = check_history(self.clients.history)
         return "linearizability: " + "\n".join(errors) if errors else None
-
-
-def persist_ready(disk: Disk, rd: Ready) -> None:
-    """``rd``'s writes in log order, as a WAL would: a torn tail loses a suffix of them."""
-    if rd.snapshot is not None:
-        snap = rd.snapshot
-        disk.write(lambda s: s.install_snapshot(snap))
-    if rd.entries:
-        ents = rd.entries
-        disk.write(lambda s: s.append(ents))
-    if rd.hard_state is not None:
-        hs = rd.hard_state
-        disk.write(lambda s: s.set_hard_state(hs))
-    if rd.conf_state is not None:
-        cs = rd.conf_state
-        disk.write(lambda s: s.set_conf_state(cs))
