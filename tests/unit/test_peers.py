@@ -261,3 +261,18 @@ def test_a_peer_heard_from_since_the_last_round_is_not_pinged_until_it_falls_sil
         rounds += 1
     assert rounds == 4  # 3 PINGs unanswered for a whole interval each, then dead
     assert nid(1) not in t.tracked
+
+
+def test_the_node_asks_for_fast_ticks_only_while_something_is_in_flight() -> None:
+    """The mesh ticked gossip every 50 ms, idle or not (issue 28: an idle node busy with
+    timers); it ticks fast only while ``busy()``: joining, a GRAFT timer, IHAVEs to flush."""
+    n = node(0, ["seed:1"])
+    n.tick(0)
+    assert n.busy()  # bootstrapping: no neighbour yet
+    n.receive(nid(3), Join("n3:1"), 10)  # a neighbour: joined
+    n.take_outbox()
+    n.tick(20)
+    n.take_outbox()
+    assert not n.busy()  # nothing in flight: PING rounds only
+    n.receive(nid(3), IHave((IHaveEntry(b"m" * 32, 0, "announce"),)), 30)
+    assert n.busy()  # a message announced, not received: its GRAFT timer runs

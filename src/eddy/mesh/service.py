@@ -71,6 +71,10 @@ from eddy.mesh.settings import MeshNode
 log = logging.getLogger(__name__)
 
 TICK_S = 0.05
+#: the tick while gossip has nothing in flight (``GossipNode.busy``): the PING rounds
+#: (``mesh.ping.interval.ms``), the hosted-topics check and the directory's states need
+#: no more; a message that leaves gossip busy wakes the loop at once
+IDLE_TICK_S = 0.25
 #: ops and answers up to this size travel on the mesh (bulk data rides the Kafka listener)
 MAX_FRAME_BYTES = 64 << 20
 #: sends queued for one node while its connection is being made; beyond it they are dropped
@@ -121,6 +125,7 @@ class MeshService:
         self.raft_admin: RaftAdmin | None = None
         self.mdns: MdnsDiscovery | None = None
         self._one_way: dict[int, Callable[[bytes, Frame], None]] = {}
+        self._kick = asyncio.Event()  # wakes the tick loop (gossip became busy)
 
     def set_kafka_address(self, addr: tuple[str, int]) -> None:
         """The Kafka address clients are told (known once the listener is bound)."""
@@ -213,7 +218,10 @@ class MeshService:
                 self._sync_states(now)
             except Exception:  # one bad step must not stop the mesh
                 log.exception("mesh tick failed")
-            await asyncio.sleep(TICK_S)
+            self._kick.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(TICK_S if self.gossip.busy() else IDLE_TICK_S):
+                    await self._kick.wait()
 
     # ---- gossip in and out ---------------------------------------------------------------
 
@@ -264,6 +272,8 @@ class MeshService:
     def _pump(self, now: int) -> None:
         g = self.gossip
         assert g is not None
+        if g.busy():  # something in flight: the tick loop runs its fast tick from now
+            self._kick.set()
         for intent in g.take_intents():
             if isinstance(intent, Connect):
                 self._ensure_connected(intent.node_id, intent.addr)

@@ -1,8 +1,9 @@
 """GossipNode: PeerTable + HyParView + Plumtree behind one sans-IO object for the adapter.
 
 The adapter (QUIC) calls ``receive(sender, msg, now_ms)`` for every decoded gossip message
-(``sender`` = the peer's authenticated node id), ``tick(now_ms)`` every few tens of ms,
-``peer_failed(node_id, now_ms)`` when a connection fails, and ``broadcast``. After each call it
+(``sender`` = the peer's authenticated node id), ``tick(now_ms)`` every few tens of ms while
+``busy()`` (a few times a second otherwise), ``peer_failed(node_id, now_ms)`` when a
+connection fails, and ``broadcast``. After each call it
 drains ``take_outbox()`` (send to node id), ``take_dials()`` (send to an address whose id is
 learned on connect: seed probes), ``take_intents()`` (``Connect`` before the first message to a
 peer, ``Drop`` when gossip no longer needs the link) and ``take_events()``.
@@ -137,6 +138,12 @@ class GossipNode:
                 del self._links[node_id]
                 self._intents.append(Drop(node_id))
         self._pump(now_ms)
+
+    def busy(self) -> bool:
+        """Whether the adapter should tick soon (every few tens of ms): something is in
+        flight (joins, GRAFT timers, IHAVEs to flush, candidates, bootstrapping). When not,
+        nothing but the PING rounds and view upkeep needs a tick: a few a second do."""
+        return self.hv.busy() or self.tree.busy() or self.peers.busy()
 
     def heard_from(self, node_id: bytes, now_ms: int) -> None:
         """A message from ``node_id`` outside gossip (Raft, an RPC) arrived: it is alive,

@@ -134,6 +134,11 @@ class Plumtree:
         return out
 
     # -- queries --------------------------------------------------------------------------------
+    def busy(self) -> bool:
+        """Whether a tick is due soon: IHAVEs wait to be flushed, or a GRAFT timer runs."""
+        return bool(self._ihave) or any(m.deadline_ms is not None
+                                        for m in self._missing.values())
+
     def wants(self, topic: str) -> bool:
         return self.topics is None or topic in self.topics
 
