@@ -16,6 +16,7 @@ from typing import Any
 from eddy.cluster.raft.core import RaftNode
 from eddy.cluster.raft.memstore import MemoryLogStore
 from eddy.cluster.raft.ready import RaftConfig, Ready, Role, SoftState
+from eddy.cluster.raft.sim.lockstep import LockstepCluster
 from eddy.cluster.raft.sim.network import Sim, SimConfig, SimNode
 from eddy.cluster.raft.types import ConfState
 from eddy.cluster.settings import ClusterSettings
@@ -212,3 +213,23 @@ def test_a_clock_stepping_back_counts_as_no_time_and_no_stall() -> None:
     node.tick(1_000)
     node.tick(5_010)
     assert node.stall_clock.stalls == 1  # the first jump only
+
+
+def test_after_leader_gone_a_turned_down_campaign_is_tried_again_soon() -> None:
+    """Node 2 found the leader's process gone, node 3 not (busy, say): node 3 still holds
+    its lease and ignores node 2's first campaign. Node 2 tries again every quarter to
+    half an election timeout, not one to two, so it wins as soon as node 3's lease ends."""
+    for seed in range(20):
+        c = LockstepCluster(3, DEFAULTS, seed=seed)
+        c.elect(1)
+        c.tick(300)
+        c.crash(1)
+        c.node(2).leader_gone(1)
+        c.settle()
+        assert c.node(2).role == Role.PRE_CANDIDATE and c.leader() is None
+        waited = 0
+        while c.leader() is None:
+            c.tick(10)
+            waited += 10
+        et = DEFAULTS.election_timeout_ms
+        assert waited <= et + et // 2, (seed, waited)

@@ -92,6 +92,7 @@ class RaftNode(Replication):
         self._now = now_ms
         self._election_deadline = 0
         self._leader_heard_ms: int | None = None
+        self._retry_soon = False  # leader_gone: campaigns are tried again sooner
         self.stall_clock = StallClock(now_ms, config.stall_ms, config.heartbeat_ms,
                                 config.election_timeout_ms)
         self._last_leader = 0  # the last leader this node followed
@@ -176,11 +177,10 @@ class RaftNode(Replication):
         return out
 
     def _pause_timers(self, ms: int) -> None:
-        """Move every timeout (and the lease) ``ms`` later: time this node did not run
-        (why that is safe: ``stall``'s docstring)."""
+        """Move every timeout ``ms`` later: time this node did not run (why that is safe:
+        ``stall``'s docstring). Not the lease: that one says whether a leader was heard
+        lately, and none was meanwhile (a node that stalled grants votes no later)."""
         self._election_deadline += ms
-        if self._leader_heard_ms is not None:
-            self._leader_heard_ms += ms
         self._pause_leader_timers(ms)
 
     def leader_silence(self) -> tuple[int, int] | None:
@@ -196,19 +196,23 @@ class RaftNode(Replication):
         drop its lease, so this node grants (pre-)votes at once, and campaign soon. The
         survivors take turns a quarter election timeout apart, in node id order, whatever
         their timers said (random waits would often start two campaigns at once and split
-        the votes). Only a hint:
-        elections stay as safe as ever, and a leader still alive is followed again on its
-        next message."""
+        the votes), and a campaign turned down (a voter still in its lease) is tried again
+        within half an election timeout, not one to two, until a leader is known. Only a
+        hint: elections stay as safe as ever, and a leader still alive is followed again on
+        its next message."""
         if self.role == Role.LEADER or self._last_leader != leader \
                 or self.leader not in (0, leader):
             return
         self._leader_heard_ms = None
+        self._retry_soon = True
         turn = sorted(self.voters - {leader}).index(self.id) if self.id in self.voters else 0
         self._election_deadline = self._now + turn * max(1, self.config.election_timeout_ms // 4)
         self.tick(self._now)  # the first in turn campaigns now
 
     def _reset_election_timer(self) -> None:
         et = self.config.election_timeout_ms
+        if self._retry_soon:  # the leader is gone (leader_gone): [et/4, et/2)
+            et = max(1, et // 4)
         self._election_deadline = self._now + et + self.rng.randrange(et)
 
     # -- role changes ----------------------------------------------------------------------
@@ -219,6 +223,7 @@ class RaftNode(Replication):
         self.role = Role.FOLLOWER
         self.leader = leader
         if leader:
+            self._retry_soon = False
             self._leader_heard_ms = self._now
             self._last_leader = leader
         self._reset_election_timer()
@@ -261,6 +266,7 @@ class RaftNode(Replication):
     def _become_leader(self) -> None:
         self.role = Role.LEADER
         self.leader = self.id
+        self._retry_soon = False
         self._leader_heard_ms = self._now
         self._start_leading()
 

@@ -7,7 +7,8 @@ and what it sent is still queued here, unread. Blaming that time on the others w
 an election (or step a leader down) before reading the heartbeats that wait. So:
 
 - such a gap counts as ``stall_ms`` only: ``advance`` returns the rest, by which the core
-  moves every timeout (election, lease, check-quorum, transfer);
+  moves every timeout (election, check-quorum, transfer; not the lease: no leader was
+  heard meanwhile, so a node that stalled grants another's votes no later);
 - for ``hold_ms`` (a heartbeat interval) after it no timer but the heartbeat fires, so
   what arrived is read first (a live leader's heartbeat comes within that);
 - no hold after a tick that itself ended a stall, nor within ``hold_every_ms`` (an
@@ -17,9 +18,9 @@ an election (or step a leader down) before reading the heartbeats that wait. So:
 The first tick measures no gap (a driver may start the clock early on purpose), and a step
 back counts as no time.
 
-Why moving the timeouts is safe. A follower's lease grows by the stall: it turns down
-campaigns a little longer, a matter of liveness only. A leader's check-quorum comes later
-by as much, which only decides when a cut-off leader steps down, never what is committed
+Why moving the timeouts is safe. A follower's election comes later by the stall, a
+matter of liveness only. A leader's check-quorum comes later by as much, which only
+decides when a cut-off leader steps down, never what is committed
 or read: its followers elect on their own clocks meanwhile (they did not stall), an entry
 it takes after resuming commits only with a quorum of its term, which a newer term denies,
 and a read-index needs a quorum's answer to a heartbeat sent after the read was asked for
