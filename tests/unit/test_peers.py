@@ -265,10 +265,12 @@ def test_a_peer_heard_from_since_the_last_round_is_not_pinged_until_it_falls_sil
 
 def test_the_node_asks_for_fast_ticks_only_while_something_is_in_flight() -> None:
     """The mesh ticked gossip every 50 ms, idle or not (issue 28: an idle node busy with
-    timers); it ticks fast only while ``busy()``: joining, a GRAFT timer, IHAVEs to flush."""
+    timers); it ticks fast only while ``busy()``: a broadcast in flight (a GRAFT timer,
+    IHAVEs to flush). Alone, bootstrapping or with neighbours, the timers left are half a
+    second or more."""
     n = node(0, ["seed:1"])
     n.tick(0)
-    assert n.busy()  # bootstrapping: no neighbour yet
+    assert not n.busy()  # alone: seed probes every PING interval
     n.receive(nid(3), Join("n3:1"), 10)  # a neighbour: joined
     n.take_outbox()
     n.tick(20)
@@ -276,3 +278,6 @@ def test_the_node_asks_for_fast_ticks_only_while_something_is_in_flight() -> Non
     assert not n.busy()  # nothing in flight: PING rounds only
     n.receive(nid(3), IHave((IHaveEntry(b"m" * 32, 0, "announce"),)), 30)
     assert n.busy()  # a message announced, not received: its GRAFT timer runs
+    n.receive(nid(4), Join("n4:1"), 40)
+    n.broadcast(b"news", "announce", 50)  # eager to one neighbour, IHAVE to the other
+    assert n.busy()

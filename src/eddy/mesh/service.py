@@ -71,9 +71,9 @@ from eddy.mesh.settings import MeshNode
 log = logging.getLogger(__name__)
 
 TICK_S = 0.05
-#: the tick while gossip has nothing in flight (``GossipNode.busy``): the PING rounds
-#: (``mesh.ping.interval.ms``), the hosted-topics check and the directory's states need
-#: no more; a message that leaves gossip busy wakes the loop at once
+#: the tick while gossip has no broadcast in flight (``GossipNode.busy``): the PING rounds
+#: (``mesh.ping.interval.ms``), seed probes, the hosted-topics check and the directory's
+#: states need no more; a message that leaves gossip busy wakes the loop at once
 IDLE_TICK_S = 0.25
 #: ops and answers up to this size travel on the mesh (bulk data rides the Kafka listener)
 MAX_FRAME_BYTES = 64 << 20

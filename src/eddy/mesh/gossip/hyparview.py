@@ -107,11 +107,6 @@ class HyParView:
     def is_active(self, node_id: bytes) -> bool:
         return node_id in self.active
 
-    def busy(self) -> bool:
-        """Whether a tick is due soon: no neighbour yet, or a join or neighbour request is
-        waiting for its answer (or its timeout)."""
-        return not self.active or bool(self._pending) or bool(self._joining)
-
     def knows(self, node_id: bytes) -> bool:
         return (node_id == self.me.node_id or node_id in self.active or node_id in self.passive
                 or node_id in self._pending)

@@ -140,10 +140,12 @@ class GossipNode:
         self._pump(now_ms)
 
     def busy(self) -> bool:
-        """Whether the adapter should tick soon (every few tens of ms): something is in
-        flight (joins, GRAFT timers, IHAVEs to flush, candidates, bootstrapping). When not,
-        nothing but the PING rounds and view upkeep needs a tick: a few a second do."""
-        return self.hv.busy() or self.tree.busy() or self.peers.busy()
+        """Whether the adapter should tick soon (every few tens of ms): a broadcast is in
+        flight (IHAVEs to flush, GRAFT timers). Everything else on a tick has timers of
+        half a second or more (PING rounds, seed probes, join and neighbour timeouts,
+        promotions, shuffles) and answers to messages are sent at once: a few ticks a
+        second do."""
+        return self.tree.busy()
 
     def heard_from(self, node_id: bytes, now_ms: int) -> None:
         """A message from ``node_id`` outside gossip (Raft, an RPC) arrived: it is alive,

@@ -170,10 +170,6 @@ class PeerTable:
     def is_dead(self, node_id: bytes) -> bool:
         return node_id in self._dead
 
-    def busy(self) -> bool:
-        """Whether a tick is due soon: bootstrapping, or candidates wait to be checked."""
-        return self.bootstrapping or bool(self._candidates)
-
     # -- inputs ---------------------------------------------------------------------------------
     def track(self, ref: PeerRef, now_ms: int) -> None:
         """Ping this peer every interval from now on (the facade tracks active neighbours)."""
