@@ -18,6 +18,12 @@ local topic when no partition of it is left here, else that partition's data (an
 stays in its place). ``ReplicaMembership`` guards against a stale replica of the metadata
 (one replayed after a restart) asking for that.
 
+A restarted broker replays its local copy of the metadata log first, which may be stale
+(changes the controller made while this node was down, not committed then, are committed
+later): until ``ready()`` says this process registered and the replica caught up with the
+controller (KRaft: a broker stays fenced until it caught up), the broker leads and follows
+nothing and deletes no stray copy; its local topics are made, nothing more.
+
 Nothing the cluster did not make is ever deleted: the ids of the topics this node created
 from the metadata are kept in ``cluster-topics.json``; a topic the node held before it
 joined (a single node's data dir given ``controller.quorum.voters``) is imported instead:
@@ -32,6 +38,7 @@ import json
 import logging
 import os
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from eddy.broker.producers import SNAPSHOT_FILE
@@ -74,9 +81,13 @@ SYNC_RETRY_S = 1.0
 
 
 class ReplicaSync:
-    def __init__(self, broker: Broker, state: MetadataState) -> None:
+    def __init__(self, broker: Broker, state: MetadataState,
+                 ready: Callable[[], bool] | None = None) -> None:
         self.broker = broker
         self.state = state
+        #: may the metadata's partition roles be acted on yet (None: always)
+        self.ready = ready
+        self._waiting_logged = False
         self.passes = 0
         self._scheduled = False
         self._retry: asyncio.TimerHandle | None = None
@@ -177,12 +188,20 @@ class ReplicaSync:
                           name, exc.message, SYNC_RETRY_S)
         if failed and self._retry is None:
             self._retry = asyncio.get_running_loop().call_later(SYNC_RETRY_S, self._retry_now)
-        broker.led = led
         self._save_membership()
-        if broker.replication is not None:
-            broker.replication.apply(hosted)  # stops serving the stray copies first
-        if stray:
-            self._remove_stray(stray)
+        if self.ready is not None and not self.ready():
+            # a replay of the local log, maybe stale: no partition led or followed from it
+            broker.led = set()
+            if not self._waiting_logged:
+                self._waiting_logged = True
+                log.info("not leading or following any partition until registered and "
+                         "caught up with the controller's metadata")
+        else:
+            broker.led = led
+            if broker.replication is not None:
+                broker.replication.apply(hosted)  # stops serving the stray copies first
+            if stray:
+                self._remove_stray(stray)
         if state.cluster_id:
             broker.cluster_id = state.cluster_id
         self.passes += 1

@@ -128,6 +128,8 @@ class ClusterService:
         #: set once this broker is registered (its agent's event, made early: requests
         #: from clients may come before the agent starts)
         self.registered = asyncio.Event()
+        #: called when this broker's registration is accepted (see ``caught_up``)
+        self.on_registered: list[Callable[[], None]] = []
         self._changed = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self.machine.on_change(lambda _index: self._changed.set())
@@ -194,11 +196,25 @@ class ClusterService:
                                      self.config.broker_heartbeat_interval_ms, hosted,
                                      on_delete)
             self.agent.registered = self.registered
+            self.agent.on_registered = self._registered_now
             self.agent.start()
 
     def _metadata_soft_state(self, soft: SoftState) -> None:
         if self.agent is not None:
             self.agent.leader_changed(soft.leader)  # a new controller: heartbeat it now
+
+    def _registered_now(self) -> None:
+        for listener in self.on_registered:
+            listener()
+
+    def caught_up(self) -> bool:
+        """A broker may lead and follow partitions: it registered in this process's
+        lifetime and its replica of the metadata has applied that registration, so it is
+        no older than what the controller had committed then (``BrokerAgent.caught_up``).
+        Until then what the replica says of partitions may be a stale replay of the local
+        log: a restarted broker that acted on it could lead a partition in an epoch the
+        controller has since ended, and acknowledge writes that its new leader never gets."""
+        return self.agent is not None and self.agent.caught_up(self.state)
 
     def _drivers(self) -> list[RaftDriver]:
         return [d for d in (self.metadata, self.offsets) if d is not None]

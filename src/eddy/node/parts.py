@@ -267,8 +267,11 @@ def _make_cluster(config: BrokerConfig, clock: Clock, mesh: MeshService,
     mesh.rpc.handle(TAG_TXN_MARKERS, markers.handle)
     broker.transactions.markers = markers
     broker.replication = ReplicaManager(broker, cluster)
-    sync = ReplicaSync(broker, cluster.state)
+    # nothing is led or followed until this process registered and the metadata replica
+    # caught up with the controller (a restart replays the local, maybe stale, log first)
+    sync = ReplicaSync(broker, cluster.state, ready=cluster.caught_up)
     cluster.machine.on_change(sync.schedule)
+    cluster.on_registered.append(sync.schedule)
     broker.cluster, broker.led = cluster, set()
     if authorizer_enabled(config):
         broker.authorizer = cluster_authorizer(config, cluster)

@@ -113,7 +113,7 @@ def _follower_fetched(broker: Broker, topics: list[list[_Wanted]], replica: int)
                 continue
             if w.leader_epoch >= 0 and w.leader_epoch != w.plog.leader_epoch:
                 continue  # answered FENCED/UNKNOWN_LEADER_EPOCH by the read
-            code = replication.follower_fetched(w.plog, replica, w.offset)
+            code = replication.follower_fetched(w.plog, replica, w.offset, w.leader_epoch)
             if code != ErrorCode.none:
                 w.error, w.plog = code, None
 

@@ -29,6 +29,7 @@ from eddy.config_parse import parse_host_port
 from eddy.mesh.frames import TAG_CONTROLLER, FrameError
 from eddy.mesh.quic.transport import MeshError
 from eddy.mesh.service import MeshService
+from eddy.metadata import MetadataState
 from eddy.postcard import PostcardError
 from eddy.protocol.errors import ErrorCode
 
@@ -145,7 +146,17 @@ class BrokerAgent:
     broker registers again at once, not a heartbeat interval later. A new metadata leader
     (``leader_changed``: a new controller) is sent the next heartbeat at once: it gives
     the previous controller's broker a short grace only (a suspect), which must not run out
-    while that broker waits for its next interval."""
+    while that broker waits for its next interval.
+
+    ``caught_up`` (KRaft's rule for a starting broker): this node's replica of the metadata
+    has applied this process's registration record. It was committed after everything the
+    controller had committed when it took the registration, so the replica has caught up
+    with the controller as of this process's start; before that it may be a stale replay
+    of the local log (changes the last controller could not commit while this node was
+    down), on which the broker must neither lead nor follow a partition. Once true it
+    stays true for this process (a later re-registration does not take partitions away).
+    ``on_registered`` is called when a registration is accepted (the replica may already
+    hold its record)."""
 
     def __init__(self, client: ControllerClient, node_id: int, rack: str | None,
                  kafka_addr: str, mesh_addr: str, interval_ms: int,
@@ -163,6 +174,8 @@ class BrokerAgent:
         self.fenced = True
         self.offsets_leader = -1  # the group coordinator, as the controller last said
         self.registered = asyncio.Event()
+        self.on_registered: Callable[[], None] | None = None
+        self._caught_up = False
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._leader = 0  # the metadata leader last heard of (0: none yet)
@@ -177,6 +190,22 @@ class BrokerAgent:
         if leader and leader != self._leader:
             self._leader = leader
             self.wake()
+
+    def caught_up(self, state: MetadataState) -> bool:
+        """Whether ``state`` (this node's replica) holds this process's registration (see
+        the class's docs); latched once true."""
+        if self._caught_up:
+            return True
+        if self.epoch == 0:
+            return False
+        record = state.broker(self.node_id)
+        if record is None or record.epoch < self.epoch:
+            return False
+        self._caught_up = True
+        log.info("broker %d: metadata caught up with the controller (registration epoch "
+                 "%d): leading and following partitions from now on", self.node_id,
+                 self.epoch)
+        return True
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="broker-agent")
@@ -237,6 +266,8 @@ class BrokerAgent:
             self.epoch = answer.value
             log.info("broker %d registered with controller %d, epoch %d", self.node_id,
                      answer.controller, self.epoch)
+            if self.on_registered is not None:
+                self.on_registered()
             await self._heartbeat()  # sets ``registered`` once the controller answers it
         elif answer.error_code != ErrorCode.not_controller:
             log.warning("broker %d: registration refused: %s", self.node_id, answer.message)

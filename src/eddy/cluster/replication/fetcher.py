@@ -191,10 +191,11 @@ class Fetcher:
             topics=tuple(ofle_req.OffsetForLeaderTopic(topic=TopicName(t), partitions=tuple(ps))
                          for t, ps in topics.items()))
         response = await link.call(request, self._timeout_s())
+        asked = {(f.topic, f.partition): f for f in pending}
         for topic in response.topics:
             for part in topic.partitions:
-                follow = self.follows.get((str(topic.topic), int(part.partition)))
-                if follow is None or follow.truncated or follow.stopped:
+                follow = self._current(asked, str(topic.topic), int(part.partition))
+                if follow is None or follow.truncated:
                     continue
                 code = _code(part.error_code)
                 if code != ErrorCode.none:
@@ -202,6 +203,17 @@ class Fetcher:
                               follow.partition, code.name)
                     continue
                 self._truncate_one(follow, int(part.leader_epoch), int(part.end_offset))
+
+    def _current(self, asked: dict[tuple[str, int], Follow], topic: str, partition: int
+                 ) -> Follow | None:
+        """The follow a response's partition answers, if it is still followed as it was
+        when asked: an answer for a leader epoch this node no longer follows (it leads the
+        partition now, or follows it in a newer epoch) is never applied (KIP-101: a fetch
+        or epoch answer of an old epoch must not touch the log)."""
+        follow = asked.get((topic, partition))
+        if follow is None or follow.stopped or self.follows.get((topic, partition)) is not follow:
+            return None
+        return follow
 
     def _truncate_one(self, follow: Follow, epoch: int, end_offset: int) -> None:
         """KIP-279: cut the log where the leader's history and this one's part."""
@@ -223,6 +235,10 @@ class Fetcher:
     async def _fetch(self, link: LeaderLink) -> bool:
         """One fetch round; False when no partition could be fetched (all refused)."""
         ready = await self._durable([f for f in self.follows.values() if f.truncated])
+        # the metadata may have moved on during the flush: a partition no longer followed
+        # in that epoch is not fetched (its fetch offset would count at the old leader)
+        ready = [f for f in ready if not f.stopped and self.follows.get(
+            (f.topic, f.partition)) is f]
         if not ready:
             return False
         config = self.manager.broker.config
@@ -246,10 +262,11 @@ class Fetcher:
             log.info("replica fetch from node %d refused: %s", self.leader, code.name)
             return False
         fetched = False
+        asked = {(f.topic, f.partition): f for f in ready}
         for topic in response.responses:
             for part in topic.partitions:
-                follow = self.follows.get((str(topic.topic), int(part.partition_index)))
-                if follow is None or follow.stopped or not follow.truncated:
+                follow = self._current(asked, str(topic.topic), int(part.partition_index))
+                if follow is None or not follow.truncated:
                     continue
                 if self._take(follow, part):
                     fetched = True

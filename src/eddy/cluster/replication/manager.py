@@ -193,13 +193,20 @@ class ReplicaManager:
         if led is not None and led.plog is plog:
             self._advance(key, led)
 
-    def follower_fetched(self, plog: PartitionLog, node: int, fetch_offset: int) -> ErrorCode:
-        """A follower's Fetch at ``fetch_offset`` (its log end): NONE, or why it is refused
-        (this node does not lead the partition, or ``node`` is not one of its replicas)."""
+    def follower_fetched(self, plog: PartitionLog, node: int, fetch_offset: int,
+                         leader_epoch: int) -> ErrorCode:
+        """A follower's Fetch at ``fetch_offset`` (its log end) in ``leader_epoch`` (the
+        epoch it follows): NONE, or why it is refused (this node does not lead the
+        partition, ``node`` is not one of its replicas, or the follower is in another
+        epoch). Only a fetch in this leader's own epoch counts: an offset reported for
+        another epoch says nothing of what the follower holds of this one."""
         key = (plog.topic, plog.partition)
         led = self.led.get(key)
         if led is None or led.plog is not plog:
             return ErrorCode.not_leader_or_follower
+        if leader_epoch != led.state.leader_epoch:
+            return (ErrorCode.fenced_leader_epoch if leader_epoch < led.state.leader_epoch
+                    else ErrorCode.unknown_leader_epoch)
         if fetch_offset > plog.log_end_offset or fetch_offset < plog.log_start_offset:
             return ErrorCode.none  # the read answers OFFSET_OUT_OF_RANGE; nothing recorded
         now = self.broker.clock.now_ms()
