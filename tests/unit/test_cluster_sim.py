@@ -82,9 +82,14 @@ def test_the_runs_exercise_failover_fencing_and_leader_moves() -> None:
     def kind(name: str) -> int:
         return sum(r.applied_kinds.get(name, 0) for r in results)
 
-    for name in ("FenceBroker", "UnfenceBroker", "ChangePartitionLeader", "ChangeIsr",
+    for name in ("UnfenceBroker", "ChangePartitionLeader", "ChangeIsr",
                  "CreateTopic", "RegisterBroker", "AlterTopicConfigs"):
         assert kind(name) >= 3, (name, kind(name))
+    # a controller's own stalls and clock jumps fence nobody any more (issue 28: its
+    # sessions count its running time only), so fencing follows only a broker silent for a
+    # session of the controller's running time: rarer in these runs (2 in these 20 seeds),
+    # and tested directly in test_controller_stalls.py
+    assert kind("FenceBroker") >= 1
     # the group coordinator moves too, and fetches find what was committed before a move
     assert sum(r.coordinator_activations for r in results) >= 2 * len(results)
     assert sum(r.offsets_elections for r in results) >= 2 * len(results)
