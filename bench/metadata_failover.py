@@ -83,10 +83,21 @@ def create_topic(node: MeshNode, name: str) -> None:
         raise RuntimeError(f"CreateTopics {name}: {result.error_code} {result.error_message}")
 
 
+def _created(node: MeshNode, name: str) -> bool:
+    try:
+        create_topic(node, name)
+    except RuntimeError as exc:
+        if "larger than available brokers" in str(exc):
+            return False
+        raise
+    return True
+
+
 def one_round(nodes: dict[int, MeshNode], k: int) -> tuple[float, float]:
     topic = f"failover-{k}"
     any_node = next(iter(nodes.values()))
-    create_topic(any_node, topic)
+    # the node restarted last round may be listed before the controller unfences it
+    _until(lambda: _created(any_node, topic), 30, f"{topic} created")
     _until(lambda: all(len(isr) == 3 for _, isr in leaders(any_node, topic).values()), 30,
            "the new topic's ISRs full")
     dead = controller(any_node)

@@ -109,6 +109,8 @@ def test_quorum_voters_decide_the_mesh_address_the_seeds_and_the_controller_role
         ({"controller.quorum.voters": "1@nohost"}, "controller.quorum.voters"),
         ({"broker.heartbeat.interval.ms": 2000, "broker.session.timeout.ms": 1500},
          "must be above"),
+        ({"raft.heartbeat.interval.ms": 500, "raft.election.timeout.ms": 400},
+         "raft.election.timeout.ms must be above"),
         ({"node_id": 1, "process.roles": "controller", "controller.quorum.voters": voters},
          "needs broker or gateway"),
         ({"node_id": 7, "process.roles": "broker,gateway", "controller.quorum.voters": voters},

@@ -13,7 +13,10 @@ campaigns, and a node's own stalls are not counted against its leader at all (se
 followers find the leader's Kafka listener refusing connections
 (``broker.liveness.probe.ms``) and campaign at once, so it stays well under 2 s; only a
 leader that is alive but silent (cut off, stopped) waits out 1-2 s of election timeout.
-``bench/raft_calm.py`` measures elections per minute idle and under the hog."""
+Measured (``bench/raft_calm.py``, 3 nodes, a busy loop per core on a busy 2-core machine,
+5 minutes): at 299 ms 3.8 metadata and 3.6 offsets elections a minute, at 1000 ms none
+(none either in 10 idle minutes or under 1 MB produce); kill -9 of the controller under the
+hog: a new one in 0.5 s (median), 1.4 s at most."""
 
 from __future__ import annotations
 
